@@ -1,0 +1,36 @@
+# The README's commands. `make install` is implied by the others: nothing to install by hand.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch: without this pin pip would pull a multi-GB CUDA build.
+# GPU users: `make install TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu124"`
+# or install torch into .venv yourself first and run `make install TORCH_SPEC=`.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install test demo lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	@if [ -n "$(TORCH_SPEC)" ]; then $(BIN)/pip install --quiet $(TORCH_SPEC); fi
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/tuner validate studies/digits-mlp.yaml
+	$(BIN)/tuner train studies/digits-mlp.yaml --output-dir runs/demo
+
+lint: install
+	$(BIN)/ruff check tuner tests benchmarks
+	$(BIN)/ruff format --check tuner tests benchmarks
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

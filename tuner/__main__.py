@@ -1,0 +1,3 @@
+from tuner.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""The command line: thin typer commands that parse, call one function, render."""

@@ -1,0 +1,57 @@
+"""User errors -> one red line on stderr and an exit code; tracebacks only with TUNER_DEBUG=1.
+
+Exit codes: 0 success; 1 the work failed; 2 bad input or usage; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.markup import escape
+
+from tuner.cli._console import error_line
+from tuner.errors import TunerError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def debug() -> bool:
+    return os.environ.get("TUNER_DEBUG", "") not in ("", "0")
+
+
+def guarded(command: F) -> F:
+    """Wrap a command so no error reaches the user as a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except TunerError as error:
+            if debug():
+                raise
+            error_line(escape(str(error)))
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            error_line("interrupted; run the same command again to continue")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as error:
+            if debug():
+                raise
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            error_line(
+                escape(
+                    f"internal error ({type(error).__name__}): {first_line} "
+                    "(set TUNER_DEBUG=1 for the traceback)"
+                )
+            )
+            raise typer.Exit(EXIT_FAILED) from None
+
+    return wrapper  # type: ignore[return-value]

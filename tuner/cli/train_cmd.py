@@ -1,0 +1,66 @@
+"""``tuner train PATH``: one run with the study's fixed hyperparameters (resumable)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+
+from tuner.cli._console import err, out
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
+from tuner.spec import load_study
+from tuner.workloads import check_study
+
+
+def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str:
+    words = ["tuner", "train", str(path)]
+    for override in overrides:
+        words += ["--set", override]
+    words += ["--output-dir", str(output_dir)]
+    return shlex.join(words)
+
+
+@guarded
+def train(
+    path: Path = typer.Argument(..., help="The study file."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
+    output_dir: Path = typer.Option(
+        Path("runs"),
+        "--output-dir",
+        envvar="TUNER_OUTPUT_DIR",
+        help="Where run folders go: <output-dir>/<study>/train/run-NNN.",
+    ),
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new run even if an unfinished one matches."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show live progress."),
+) -> None:
+    """Train once with the fixed hyperparameters. Re-run after an interruption to continue."""
+    loaded = load_study(path, set_)
+    check_study(loaded)
+    from tuner.train import choose_run_dir, run_training  # torch: only when training
+
+    run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)
+    if (run_dir / "checkpoints" / "latest.pt").exists():
+        err.print(f"resuming {run_dir}")
+    result = run_training(
+        loaded.spec,
+        run_dir,
+        base_dir=loaded.base_dir,
+        console=err,
+        command=reproduce_command(path, set_, output_dir),
+        progress=progress,
+    )
+    metric = loaded.spec.objective.metric
+    out.print(f"run folder   {result.run_dir}")
+    out.print(
+        f"stopped      {result.status} at step {result.step}/{result.max_train_steps}"
+        + (f" (resumed from step {result.resumed_from_step})" if result.resumed_from_step else "")
+    )
+    if result.best_value is not None:
+        out.print(f"best         {metric} = {result.best_value:.6g} at step {result.best_step}")
+    if result.status == "diverged":
+        err.print(f"[red]training diverged:[/] {result.message}; lower optimizer.lr or add warmup")
+        raise typer.Exit(EXIT_FAILED)
+    if result.status == "interrupted":
+        err.print("interrupted; run the same command again to continue from the last checkpoint")
+        raise typer.Exit(EXIT_INTERRUPTED)

@@ -1,0 +1,73 @@
+"""``tuner validate PATH``: precise errors, or a short summary of what would run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tuner.cli._console import out
+from tuner.cli._errors import guarded
+from tuner.spec import CategoricalParam, StudySpec, load_study
+from tuner.workloads import BUILTINS, check_study
+
+
+def describe_schedule(spec: StudySpec) -> str:
+    parts = []
+    for segment in spec.training.schedule:
+        length = (
+            f"{segment.steps} steps"
+            if segment.steps
+            else f"{segment.fraction:.0%}"
+            if segment.fraction
+            else "the rest"
+        )
+        end = segment.start if segment.end is None and segment.shape == "constant" else (segment.end or 0.0)
+        parts.append(f"{segment.shape} {segment.start:g}->{end:g} x lr for {length}")
+    return ", then ".join(parts)
+
+
+def summary_lines(spec: StudySpec) -> list[str]:
+    training = spec.training
+    builtin = BUILTINS.get(spec.workload.name)
+    workload = f"{spec.workload.name} (built-in: {builtin.summary})" if builtin else spec.workload.name
+    max_steps = training.max_train_steps or "not set (tuner sweep-lr will find it)"
+    lines = [
+        f"study        {spec.name}" + (f" - {spec.description}" if spec.description else ""),
+        f"workload     {workload}",
+        f"objective    {spec.objective.direction} {spec.objective.metric}",
+        f"training     batch {training.batch_size}, eval batch {training.resolved_eval_batch_size}, "
+        f"max_train_steps {max_steps}, eval every {training.eval_every} steps, "
+        f"keep {training.keep_best_checkpoints} best checkpoints",
+        f"optimizer    {training.optimizer.name}, lr {training.optimizer.lr:g}, "
+        f"weight_decay {training.optimizer.weight_decay:g}",
+        f"schedule     {describe_schedule(spec)}",
+    ]
+    if spec.search_space:
+        lines.append(f"search space {len(spec.search_space)} parameter(s):")
+        for key, param in spec.search_space.items():
+            if isinstance(param, CategoricalParam):
+                what = f"one of {param.choices}"
+            else:
+                what = f"{param.type} in [{param.low:g}, {param.high:g}]" + (" (log)" if param.log else "")
+            lines.append(f"  {key}: {what}, {param.role}")
+    else:
+        lines.append("search space (empty)")
+    r1, r2 = spec.rounds.round1, spec.rounds.round2
+    lines.append(
+        f"rounds       round 1: {r1.trials} trials ({r1.sampler}); round 2: top {r2.top_k} x {r2.seeds} seed(s)"
+    )
+    return lines
+
+
+@guarded
+def validate(
+    path: Path = typer.Argument(..., help="The study file."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
+) -> None:
+    """Check a study file: one precise error (exit 2), or a summary of what would run."""
+    loaded = load_study(path, set_)
+    check_study(loaded)
+    out.print(f"{path}: valid")
+    for line in summary_lines(loaded.spec):
+        out.print(f"  {line}")

@@ -1,0 +1,41 @@
+"""Cross-field rules of the study file that the per-field models cannot see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.errors import SpecError
+from tuner.spec._models import CategoricalParam, FloatParam, IntParam
+from tuner.spec._paths import format_path, has_path, key_to_path
+
+
+def _candidate_values(param: FloatParam | IntParam | CategoricalParam) -> list[Any]:
+    if isinstance(param, CategoricalParam):
+        return list(param.choices)
+    return [param.low, param.high]
+
+
+def check_search_space(loaded: Any) -> None:
+    """Every search-space key names a real config field, and its values fit that field.
+
+    Keys into ``workload.options`` are checked by the workload layer, which knows the options.
+    """
+    effective = loaded.spec.model_dump()
+    for key, param in loaded.spec.search_space.items():
+        target = key_to_path(key)
+        here = ("search_space", key)
+        if target[0] == "workload":
+            continue
+        if not has_path(effective, target) or target[0] in ("search_space", "name", "workload"):
+            raise loaded.error(
+                here, f"matches no config field (looked for {format_path(target)})", at_key=True
+            )
+        for value in _candidate_values(param):
+            try:
+                loaded.with_values({key: value})
+            except SpecError as error:
+                raise loaded.error(
+                    here,
+                    f"value {value!r} does not fit {format_path(target)}: {error.detail}",
+                    at_key=True,
+                ) from None

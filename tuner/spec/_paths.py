@@ -1,0 +1,85 @@
+"""Dotted keys (``optimizer.lr``, ``workload.dropout``) -> paths into the study document.
+
+One rule for the search space and for ``--set``, so a key that works in one works in the other:
+``workload.X`` means ``workload.options.X``; a top-level study field (``seed``, ``objective...``)
+means itself; anything else is relative to ``training`` (``optimizer.lr`` is
+``training.optimizer.lr``; ``training.`` may also be written out).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+Path_ = tuple[str | int, ...]
+
+_TOP_LEVEL = (
+    "name",
+    "description",
+    "seed",
+    "objective",
+    "training",
+    "search_space",
+    "sweep_lr",
+    "rounds",
+    "storage",
+    "workload",
+)
+
+
+def key_to_path(key: str) -> Path_:
+    parts: list[str | int] = [int(p) if p.isdigit() else p for p in key.split(".")]
+    head = parts[0]
+    if head == "workload":
+        if len(parts) > 1 and parts[1] not in ("options", "name"):
+            return ("workload", "options", *parts[1:])
+        return tuple(parts)
+    if head in _TOP_LEVEL:
+        return tuple(parts)
+    return ("training", *parts)
+
+
+def format_path(path: Path_) -> str:
+    """``('search_space', 'optimizer.lr', 'low')`` -> ``search_space[optimizer.lr].low``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int) or "." in part:
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def get_path(data: Any, path: Path_) -> Any:
+    """The value at ``path``; ``KeyError`` if any step is missing."""
+    for part in path:
+        if (isinstance(data, dict) and part in data) or (
+            isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        ):
+            data = data[part]
+        else:
+            raise KeyError(part)
+    return data
+
+
+def has_path(data: Any, path: Path_) -> bool:
+    try:
+        get_path(data, path)
+    except KeyError:
+        return False
+    return True
+
+
+def set_path(data: dict[str, Any], path: Path_, value: Any) -> dict[str, Any]:
+    """A deep copy of ``data`` with ``value`` at ``path`` (missing mappings are created)."""
+    result = copy.deepcopy(data)
+    node: Any = result
+    for part in path[:-1]:
+        if isinstance(node, list):
+            node = node[part]  # type: ignore[index]
+            continue
+        if not isinstance(node.get(part), (dict, list)):
+            node[part] = {}
+        node = node[part]
+    node[path[-1]] = value
+    return result

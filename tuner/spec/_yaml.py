@@ -1,0 +1,125 @@
+"""Safe YAML loading that remembers where every value came from.
+
+Why our own loader: error messages must name file, line and column for any field, and two
+YAML 1.1 traps must not reach the user: ``1e-3`` silently parsed as a *string*, and a
+duplicated key silently overriding the first one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from tuner.errors import SpecError
+
+Path_ = tuple[str | int, ...]
+
+
+class _StudyLoader(yaml.SafeLoader):
+    """SafeLoader + exponent floats without a dot (``1e-3``) + an error on duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise SpecError(
+                    f"duplicate key {key!r} (the second one would silently win)",
+                    line=key_node.start_mark.line + 1,
+                    column=key_node.start_mark.column + 1,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StudyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+@dataclass
+class Positions:
+    """(line, column), 1-based, of every key and value in the document, by path."""
+
+    keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+
+    def of(self, path: Path_, *, key: bool = False) -> tuple[int, int] | None:
+        """Best position for ``path``: the value (or key), else the nearest known ancestor."""
+        table = self.keys if key else self.values
+        for cut in range(len(path), -1, -1):
+            prefix = path[:cut]
+            if prefix in table:
+                return table[prefix]
+            if prefix in self.keys:
+                return self.keys[prefix]
+        return None
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _walk(loader: _StudyLoader, node: yaml.Node, path: Path_, positions: Positions) -> None:
+    positions.values[path] = _mark(node)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            child = (*path, key)
+            positions.keys[child] = _mark(key_node)
+            _walk(loader, value_node, child, positions)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _walk(loader, item, (*path, index), positions)
+
+
+def load_yaml_with_positions(text: str, source: str) -> tuple[Any, Positions]:
+    """Parse ``text``; raise a located ``SpecError`` for syntax errors and unsafe tags."""
+    loader = _StudyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, Positions()
+        data = loader.construct_document(node)
+        positions = Positions()
+        _walk(loader, node, (), positions)
+        return data, positions
+    except SpecError as error:
+        error.path = source
+        raise SpecError(error.detail, path=source, line=error.line, column=error.column) from None
+    except yaml.constructor.ConstructorError as error:
+        mark = error.problem_mark
+        tag = re.search(r"'(tag:[^']*|![^']*)'", str(error.problem))
+        what = tag.group(1).replace("tag:yaml.org,2002:", "!!") if tag else "this tag"
+        raise SpecError(
+            f"{what} is not allowed: study files are loaded with yaml.safe_load (plain data only)",
+            path=source,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        problem = " ".join(str(p) for p in (error.context, error.problem) if p)
+        raise SpecError(
+            f"invalid YAML: {problem}",
+            path=source,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"invalid YAML: {error}", path=source) from None
+    finally:
+        loader.dispose()
+
+
+def parse_scalar(text: str) -> Any:
+    """A ``--set key=value`` value, read the way the study file would read it."""
+    try:
+        return yaml.load(text, Loader=_StudyLoader) if text.strip() else ""
+    except yaml.YAMLError:
+        return text

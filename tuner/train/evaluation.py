@@ -1,0 +1,114 @@
+"""Evaluation: whole splits in large batches, weighted by real items, plus a prediction sample.
+
+Runs under ``torch.inference_mode()`` in eval mode (dropout off, batch-norm running stats), and
+draws from no global RNG, so evaluating never changes what training does next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from tuner.train.data import fetch
+from tuner.train.metrics import MetricAccumulator
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def fixed_sample(size: int, count: int, seed: int) -> torch.Tensor:
+    """``count`` sorted indices out of ``size``, the same for a given seed (all if count >= size)."""
+    if count >= size:
+        return torch.arange(size)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(size, generator=generator)[:count].sort().values
+
+
+class Evaluator:
+    """Scores the model on named splits (``{"val": ..., "train": ...}``) -> ``"val/accuracy"``...
+
+    ``subsets`` caps a split to fixed indices (e.g. a sample of the training set);
+    ``prediction_indices`` are examples of the first split whose predictions are kept.
+    """
+
+    def __init__(
+        self,
+        splits: Mapping[str, Dataset],
+        *,
+        loss_fn: LossFn,
+        metrics: Sequence[str],
+        num_classes: int,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        subsets: Mapping[str, torch.Tensor] | None = None,
+        prediction_indices: torch.Tensor | None = None,
+    ) -> None:
+        self.splits = dict(splits)
+        self.loss_fn = loss_fn
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.subsets = dict(subsets or {})
+        self.accumulators = {name: MetricAccumulator(metrics, num_classes) for name in self.splits}
+        self.prediction_indices = prediction_indices if prediction_indices is not None else torch.empty(0)
+
+    def output_names(self) -> list[str]:
+        return [
+            f"{split}/{metric}" for split, acc in self.accumulators.items() for metric in acc.output_names()
+        ]
+
+    def _indices(self, split: str) -> torch.Tensor:
+        if split in self.subsets:
+            return self.subsets[split]
+        return torch.arange(len(self.splits[split]))  # type: ignore[arg-type]
+
+    def _logits_and_losses(self, model: torch.nn.Module, dataset: Dataset, indices: torch.Tensor):
+        inputs, targets = fetch(dataset, indices)
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        logits = model(inputs)
+        return logits, targets, self.loss_fn(logits, targets)
+
+    def run(self, model: torch.nn.Module) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """Metrics of every split, and the predictions of the sampled examples."""
+        was_training = model.training
+        model.eval()
+        results: dict[str, float] = {}
+        try:
+            with torch.inference_mode():
+                for split, dataset in self.splits.items():
+                    accumulator = self.accumulators[split]
+                    accumulator.reset()
+                    for batch in self._indices(split).split(self.batch_size):
+                        accumulator.update(*self._logits_and_losses(model, dataset, batch))
+                    results.update({f"{split}/{k}": v for k, v in accumulator.compute().items()})
+                predictions = self._predictions(model)
+        finally:
+            model.train(was_training)
+        return results, predictions
+
+    def _predictions(self, model: torch.nn.Module) -> list[dict[str, Any]]:
+        if len(self.prediction_indices) == 0:
+            return []
+        split, dataset = next(iter(self.splits.items()))
+        logits, targets, losses = self._logits_and_losses(model, dataset, self.prediction_indices)
+        probabilities = logits.float().softmax(dim=-1)
+        confidence, predicted = probabilities.max(dim=-1)
+        rows = []
+        for row, index in enumerate(self.prediction_indices.tolist()):
+            rows.append(
+                {
+                    "split": split,
+                    "example": index,
+                    "target": _flat(targets[row]),
+                    "prediction": _flat(predicted[row]),
+                    "confidence": round(float(confidence[row].float().mean()), 6),
+                    "loss": round(float(losses[row].float().mean()), 6),
+                }
+            )
+        return rows
+
+
+def _flat(value: torch.Tensor) -> int | str:
+    """A class index, or a sequence's indices joined by spaces (one CSV cell)."""
+    return int(value) if value.dim() == 0 else " ".join(str(v) for v in value.tolist())

@@ -1,0 +1,169 @@
+"""The training loop: forward, loss, backward, step, schedule — and events around them.
+
+Steps are the unit (never epochs, never wall time). Everything optional (logging, checkpoints,
+progress, pruning) is a callback; the loop itself stays short enough to read in one sitting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tuner.train.data import StepBatches
+from tuner.train.evaluation import Evaluator
+from tuner.train.events import Callback, Event, StopReason, StopTraining
+from tuner.train.metrics import masked_mean_loss
+from tuner.train.rng import rng_state, set_rng_state
+from tuner.train.schedules import Schedule
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def should_eval(step: int, eval_every: int, max_train_steps: int) -> bool:
+    """Evaluate every ``eval_every`` steps and always after the last one."""
+    return step > 0 and (step % eval_every == 0 or step == max_train_steps)
+
+
+class Trainer:
+    """Runs ``max_train_steps`` optimizer steps and emits events around each stage.
+
+    State callbacks may read: ``step`` (optimizer steps done), ``max_train_steps``, ``model``,
+    ``optimizer``, ``lr``, ``last_loss`` (float), ``last_eval`` (``{"val/accuracy": ...}``),
+    ``last_predictions``, ``stop_reason``, ``start_step`` (where this process started).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        batches: StepBatches,
+        loss_fn: LossFn,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        base_lr: float,
+        max_train_steps: int,
+        eval_every: int,
+        evaluator: Evaluator | None = None,
+        callbacks: Sequence[Callback] = (),
+        grad_clip_norm: float | None = None,
+        augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    ) -> None:
+        self.model, self.batches, self.loss_fn, self.optimizer = model, batches, loss_fn, optimizer
+        self.schedule, self.base_lr = schedule, base_lr
+        self.max_train_steps, self.eval_every = max_train_steps, eval_every
+        self.evaluator, self.grad_clip_norm, self.augment = evaluator, grad_clip_norm, augment
+        self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
+        self.step = 0
+        self.start_step = 0
+        self.lr = base_lr * schedule(0)
+        self.last_loss = math.nan
+        self.last_eval: dict[str, float] = {}
+        self.last_eval_step = -1
+        self.last_predictions: list[dict[str, Any]] = []
+        self.stop_reason: StopReason | str | None = None
+        self.stop_message = ""
+        self._stop_requested: StopReason | str | None = None
+        self._handlers = {
+            event: [
+                getattr(cb, f"on_{event.value}") for cb in self.callbacks if hasattr(cb, f"on_{event.value}")
+            ]
+            for event in Event
+        }
+
+    # -- events -------------------------------------------------------------------------------
+    def emit(self, event: Event) -> None:
+        for handler in self._handlers[event]:
+            handler(self)
+
+    def request_stop(self, reason: StopReason | str = StopReason.STOPPED) -> None:
+        """Stop at the next step boundary (safe from a signal handler)."""
+        self._stop_requested = reason
+
+    # -- the loop -----------------------------------------------------------------------------
+    def fit(self) -> StopReason | str:
+        """Train until ``max_train_steps`` or a stop; returns why it stopped.
+
+        Side effects: whatever the callbacks do (files, logs); the model and optimizer change.
+        """
+        self.start_step = self.step
+        self.model.train()
+        self.emit(Event.FIT_START)
+        try:
+            while self.step < self.max_train_steps:
+                if self._stop_requested is not None:
+                    raise StopTraining(self._stop_requested)
+                self.train_step()
+                if self.evaluator is not None and should_eval(
+                    self.step, self.eval_every, self.max_train_steps
+                ):
+                    self.evaluate()
+                    self.emit(Event.CHECKPOINT)
+            self.stop_reason = StopReason.COMPLETED
+        except StopTraining as stop:
+            self.stop_reason, self.stop_message = stop.reason, stop.message
+            if stop.reason == StopReason.INTERRUPTED:
+                self.emit(Event.CHECKPOINT)  # keep every finished step
+        except BaseException:
+            self.emit(Event.EXCEPTION)
+            raise
+        self.emit(Event.FIT_END)
+        return self.stop_reason
+
+    def train_step(self) -> None:
+        self.emit(Event.TRAIN_STEP_START)
+        inputs, targets = self.batches.get(self.step)
+        if self.augment is not None:
+            generator = torch.Generator().manual_seed(self.batches.data_seed * 1_000_003 + self.step)
+            inputs = self.augment(inputs, generator)
+        self.lr = self.base_lr * self.schedule(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        logits = self.model(inputs)
+        loss = masked_mean_loss(self.loss_fn(logits, targets), targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # A CPU-GPU sync point, on purpose: a NaN must stop the run before it reaches the weights.
+        self.last_loss = loss.item()
+        if not math.isfinite(self.last_loss):
+            raise StopTraining(StopReason.DIVERGED, f"loss is {self.last_loss} at step {self.step + 1}")
+        if self.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip_norm)
+        self.optimizer.step()
+        self.step += 1
+        self.emit(Event.TRAIN_STEP_END)
+
+    def evaluate(self) -> dict[str, float]:
+        assert self.evaluator is not None
+        self.emit(Event.EVAL_START)
+        self.last_eval, self.last_predictions = self.evaluator.run(self.model)
+        self.last_eval_step = self.step
+        self.emit(Event.EVAL_END)
+        return self.last_eval
+
+    # -- resume -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit-for-bit: weights, optimizer, RNGs, callbacks."""
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": rng_state(),
+            "last_eval": dict(self.last_eval),
+            "last_eval_step": self.last_eval_step,
+            "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        self.last_eval = dict(state.get("last_eval", {}))
+        self.last_eval_step = int(state.get("last_eval_step", -1))
+        saved = state.get("callbacks", {})
+        for cb in self.callbacks:
+            if cb.state_key in saved:
+                cb.load_state_dict(saved[cb.state_key])

@@ -1,0 +1,53 @@
+"""Saving and restoring every RNG a training run draws from, in ``weights_only``-safe types."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def derive_seed(base: int, *labels: int | str) -> int:
+    """A seed for one purpose (``"init"``, ``"data"``, a rank...), independent of the others."""
+    words = [base] + [
+        sum(ord(c) << (8 * (i % 4)) for i, c in enumerate(x)) if isinstance(x, str) else x for x in labels
+    ]
+    return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def rng_state() -> dict[str, Any]:
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    saved = state["numpy"]
+    np.random.set_state(
+        (
+            saved["name"],
+            saved["keys"].numpy().astype(np.uint32),
+            saved["pos"],
+            saved["has_gauss"],
+            saved["cached"],
+        )
+    )
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,240 @@
+"""One training run from a study spec: assemble the engine, resume if possible, record the result."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+
+from tuner.errors import UsageError, WorkloadError
+from tuner.spec import StudySpec
+from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
+from tuner.train.data import StepBatches
+from tuner.train.evaluation import Evaluator, fixed_sample
+from tuner.train.events import Callback, StopReason
+from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
+from tuner.train.loop import Trainer
+from tuner.train.objective import ObjectiveTracker
+from tuner.train.optimizers import build_optimizer
+from tuner.train.progress import ProgressCallback
+from tuner.train.rng import derive_seed
+from tuner.train.run_folder import prepare_run_dir, write_status
+from tuner.train.schedules import build_schedule
+from tuner.workloads import IGNORE_INDEX, Workload, build_workload
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str  # completed | diverged | interrupted | stopped
+    message: str
+    step: int
+    max_train_steps: int
+    resumed_from_step: int
+    best_value: float | None
+    best_step: int | None
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UsageError("training.device is 'cuda' but no CUDA device is visible")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def cross_entropy_per_item(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Default loss: one cross-entropy per target item; padding (``IGNORE_INDEX``) gives 0."""
+    losses = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    return losses.reshape(targets.shape)
+
+
+def build_evaluator(workload: Workload, spec: StudySpec, device: torch.device) -> Evaluator:
+    training = spec.training
+    splits = {"val": workload.eval_data, "train": workload.train_data}
+    subsets = {}
+    train_size = len(workload.train_data)  # type: ignore[arg-type]
+    if training.train_eval_examples is not None and training.train_eval_examples < train_size:
+        subsets["train"] = fixed_sample(
+            train_size, training.train_eval_examples, derive_seed(spec.seed, "train-eval")
+        )
+    samples = fixed_sample(
+        len(workload.eval_data),
+        training.prediction_samples,  # type: ignore[arg-type]
+        derive_seed(spec.seed, "predictions"),
+    )
+    return Evaluator(
+        splits,
+        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        metrics=workload.metrics,
+        num_classes=workload.num_classes,
+        batch_size=training.resolved_eval_batch_size,
+        device=device,
+        subsets=subsets,
+        prediction_indices=samples,
+    )
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Trainer) -> Iterator[None]:
+    """Ctrl-C / SIGTERM (preemption) stop at the next step boundary with a checkpoint.
+
+    A second Ctrl-C raises ``KeyboardInterrupt`` at once, for a user who really wants out.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if trainer._stop_requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        trainer.request_stop(StopReason.INTERRUPTED)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_training(
+    spec: StudySpec,
+    run_dir: Path,
+    *,
+    base_dir: Path,
+    console: Console | None = None,
+    extra_callbacks: Sequence[Callback] = (),
+    data_seed: int | None = None,
+    command: str | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Train ``spec`` in ``run_dir``, resuming from its ``latest.pt`` if there is one.
+
+    Side effects: writes the run folder (see ``run_folder``); reseeds the global RNGs.
+    """
+    training = spec.training
+    if training.max_train_steps is None:
+        raise UsageError(
+            "training.max_train_steps is not set: set it in the study file (or with --set max_train_steps=N)"
+        )
+    try:
+        schedule = build_schedule(training.schedule, training.max_train_steps)
+    except ValueError as error:
+        raise UsageError(f"training.schedule: {error}") from None
+    run_dir = Path(run_dir)
+    prepare_run_dir(run_dir, spec, command)
+    try:
+        return _run(spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress)
+    except BaseException as error:
+        interrupted = isinstance(error, KeyboardInterrupt)
+        write_status(
+            run_dir,
+            status="interrupted" if interrupted else "failed",
+            message="" if interrupted else f"{type(error).__name__}: {error}",
+        )
+        if not interrupted:
+            (run_dir / "error.log").write_text(traceback.format_exc())
+        raise
+
+
+def _run(
+    spec: StudySpec,
+    run_dir: Path,
+    base_dir: Path,
+    schedule: Any,
+    console: Console | None,
+    extra_callbacks: Sequence[Callback],
+    data_seed: int | None,
+    progress: bool,
+) -> RunResult:
+    training = spec.training
+    device = resolve_device(training.device)
+    workload = build_workload(spec, base_dir, init_seed=derive_seed(spec.seed, "init"))
+    model = workload.model.to(device)
+    evaluator = build_evaluator(workload, spec, device)
+    if spec.objective.metric not in evaluator.output_names():
+        raise WorkloadError(
+            f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
+            f"it computes: {', '.join(evaluator.output_names())}"
+        )
+    tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
+    callbacks: list[Callback] = [
+        tracker,
+        CheckpointCallback(run_dir / "checkpoints", tracker, training.keep_best_checkpoints),
+        CsvLogger(run_dir / "metrics.csv", evaluator.output_names(), training.log_every),
+        PredictionsLogger(run_dir / "predictions.csv"),
+        *extra_callbacks,
+    ]
+    if training.tensorboard:
+        callbacks.append(TensorBoardLogger(run_dir / "tensorboard", training.log_every))
+    if progress:
+        callbacks.append(
+            ProgressCallback(
+                console or Console(stderr=True),
+                refresh_every=training.log_every,
+                headline=[spec.objective.metric],
+                label=spec.name,
+            )
+        )
+    trainer = Trainer(
+        model=model,
+        batches=StepBatches(
+            workload.train_data,
+            training.batch_size,
+            data_seed if data_seed is not None else derive_seed(spec.seed, "data"),
+            device,
+        ),
+        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        optimizer=build_optimizer(training.optimizer, model.parameters()),
+        schedule=schedule,
+        base_lr=training.optimizer.lr,
+        max_train_steps=training.max_train_steps,
+        eval_every=training.eval_every,
+        evaluator=evaluator,
+        callbacks=callbacks,
+        grad_clip_norm=training.grad_clip_norm,
+        augment=workload.augment,
+    )
+    latest = run_dir / "checkpoints" / LATEST
+    if latest.exists():
+        trainer.load_state_dict(load_checkpoint(latest, map_location=device))
+    resumed_from = trainer.step
+    with stop_on_signals(trainer):
+        reason = trainer.fit()
+    status = reason.value if isinstance(reason, StopReason) else str(reason)
+    write_status(
+        run_dir,
+        status=status,
+        message=trainer.stop_message,
+        step=trainer.step,
+        max_train_steps=training.max_train_steps,
+        best_value=tracker.best_value,
+        best_step=tracker.best_step,
+        objective=spec.objective.metric,
+        direction=spec.objective.direction,
+        last_eval=trainer.last_eval,
+    )
+    return RunResult(
+        run_dir,
+        status,
+        trainer.stop_message,
+        trainer.step,
+        training.max_train_steps,
+        resumed_from,
+        tracker.best_value,
+        tracker.best_step,
+        dict(trainer.last_eval),
+    )

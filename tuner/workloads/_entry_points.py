@@ -1,0 +1,106 @@
+"""Finding a workload's entry point: statically (for `tuner validate`) and by importing it.
+
+The static check reads the source with ``ast`` instead of importing it, so `tuner validate`
+stays fast and never imports torch, yet still says "module 'x' has no function 'buld'".
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import WorkloadError
+from tuner.workloads._builtins import BUILTINS
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """``module`` is a dotted module name or, when ``file`` is set, the file's path."""
+
+    text: str
+    module: str | None
+    file: Path | None
+    function: str
+
+
+def parse_entry_point(name: str, base_dir: Path) -> EntryPoint:
+    builtin = BUILTINS.get(name)
+    text = builtin.entry_point if builtin else name
+    target, sep, function = text.rpartition(":")
+    if not sep or not target or not function.isidentifier():
+        known = ", ".join(sorted(BUILTINS))
+        raise WorkloadError(
+            f"unknown workload {name!r}: expected a built-in ({known}) or an entry point "
+            "'package.module:function' or 'path/to/file.py:function'"
+        )
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target)
+        return EntryPoint(text, None, path if path.is_absolute() else base_dir / path, function)
+    return EntryPoint(text, target, None, function)
+
+
+def _defines(source: str, function: str) -> bool:
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == function for t in node.targets
+        ):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (alias.asname or alias.name.split(".")[0]) == function for alias in node.names
+        ):
+            return True
+    return False
+
+
+def check_entry_point(entry: EntryPoint) -> None:
+    """Raise ``WorkloadError`` if the entry point's file/module or function cannot be found."""
+    if entry.file is not None:
+        if not entry.file.is_file():
+            raise WorkloadError(f"entry point {entry.text!r}: no such file {entry.file}")
+        source, where = entry.file.read_text(encoding="utf-8"), f"file {entry.file}"
+    else:
+        try:
+            found = importlib.util.find_spec(entry.module or "")
+        except (ImportError, ValueError) as error:
+            raise WorkloadError(f"entry point {entry.text!r}: cannot find module: {error}") from None
+        if found is None or found.origin is None:
+            raise WorkloadError(f"entry point {entry.text!r}: no module named {entry.module!r}")
+        if not found.origin.endswith(".py"):
+            return  # a compiled module: only importing it can tell
+        source, where = Path(found.origin).read_text(encoding="utf-8"), f"module {entry.module!r}"
+    try:
+        defined = _defines(source, entry.function)
+    except SyntaxError as error:
+        raise WorkloadError(f"entry point {entry.text!r}: {where} has a syntax error: {error}") from None
+    if not defined:
+        raise WorkloadError(f"entry point {entry.text!r}: {where} has no function {entry.function!r}")
+
+
+def import_entry_point(entry: EntryPoint) -> Callable[..., Any]:
+    """Import the module (or file) and return the function. Runs the user's module code."""
+    check_entry_point(entry)
+    if entry.file is not None:
+        digest = hashlib.sha1(str(entry.file.resolve()).encode()).hexdigest()[:12]
+        module_name = f"tuner_user_workload_{digest}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, entry.file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(entry.module or "")
+    function = getattr(module, entry.function, None)
+    if not callable(function):
+        raise WorkloadError(f"entry point {entry.text!r}: {entry.function!r} is not a function")
+    return function
