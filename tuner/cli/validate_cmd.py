@@ -55,7 +55,7 @@ def summary_lines(spec: StudySpec) -> list[str]:
         lines.append("search space (empty)")
     r1, r2 = spec.rounds.round1, spec.rounds.round2
     lines.append(
-        f"rounds       round 1: {r1.trials} trials ({r1.sampler}); round 2: top {r2.top_k} x {r2.seeds} seed(s)"
+        f"rounds       round 1: {r1.trials} trials ({r1.sampler}); round 2: top {r2.top_k} x {r2.seeds} seeds"
     )
     return lines
 

@@ -164,7 +164,7 @@ def _multiclass_mcc(confusion: list[list[int]]) -> float:
     pred_counts = [sum(confusion[i][j] for i in range(n)) for j in range(n)]
     correct = sum(confusion[k][k] for k in range(n))
     total = sum(true_counts)
-    cov_true_pred = correct * total - sum(t * p for t, p in zip(true_counts, pred_counts))
+    cov_true_pred = correct * total - sum(t * p for t, p in zip(true_counts, pred_counts, strict=True))
     cov_pred_pred = total * total - sum(p * p for p in pred_counts)
     cov_true_true = total * total - sum(t * t for t in true_counts)
     denominator = cov_pred_pred * cov_true_true

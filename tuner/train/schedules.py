@@ -112,7 +112,7 @@ def build_schedule(segments: Sequence[ScheduleSegment], max_train_steps: int) ->
 
     resolved: list[ResolvedSegment] = []
     start_step = 0
-    for seg, n in zip(segments, lengths):
+    for seg, n in zip(segments, lengths, strict=True):
         assert n is not None  # every open length was filled in above
         end = seg.end if seg.end is not None else (seg.start if seg.shape == "constant" else 0.0)
         resolved.append(

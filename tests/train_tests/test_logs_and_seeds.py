@@ -1,0 +1,74 @@
+"""Logs a user reads (CSV, TensorBoard), evaluation weighting, and the two kinds of seed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+
+from tuner.train import Evaluator, StepBatches, run_training
+from tuner.train.rng import derive_seed
+from tuner.train.run import cross_entropy_per_item
+from tuner.workloads import build_workload
+
+
+def test_csv_columns_are_fixed_from_the_first_row(make_study, tmp_path: Path) -> None:
+    loaded = make_study(max_train_steps=20, eval_every=10)
+    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    with (tmp_path / "run" / "metrics.csv").open() as handle:
+        header, *rows = list(csv.reader(handle))
+    assert header[:4] == ["step", "lr", "train/step_loss", "elapsed_s"]
+    for split in ("val", "train"):
+        for metric in ("loss", "accuracy", "error_rate", "top5_accuracy", "mcc"):
+            assert f"{split}/{metric}" in header
+    assert all(len(row) == len(header) for row in rows)
+
+
+def test_tensorboard_gets_one_folder_per_run_with_eval_scalars(make_study, tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    loaded = make_study(max_train_steps=40, eval_every=20, tensorboard=True)
+    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/error_rate")] == [20, 40]
+    assert "train/step_loss" in events.Tags()["scalars"]
+
+
+def test_partial_eval_batches_weigh_by_real_examples(make_study) -> None:
+    loaded = make_study()
+    workload = build_workload(loaded.spec, loaded.base_dir, init_seed=0)
+    assert len(workload.eval_data) % 7 != 0
+
+    def evaluate(batch_size: int) -> dict[str, float]:
+        evaluator = Evaluator({"val": workload.eval_data}, loss_fn=cross_entropy_per_item,
+                              metrics=["loss", "accuracy", "mcc"], num_classes=10, batch_size=batch_size)
+        return evaluator.run(workload.model)[0]
+
+    small, whole = evaluate(7), evaluate(10_000)
+    assert small["val/accuracy"] == whole["val/accuracy"]
+    assert small["val/mcc"] == whole["val/mcc"]
+    assert abs(small["val/loss"] - whole["val/loss"]) <= 1e-6 * whole["val/loss"]
+
+
+def test_model_init_seed_and_data_seed_are_independent(make_study) -> None:
+    loaded = make_study()
+    first = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(0, "init"))
+    again = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(0, "init"))
+    other = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(1, "init"))
+    weights = [list(w.model.parameters())[0] for w in (first, again, other)]
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
+
+    order = [StepBatches(first.train_data, 32, seed).indices(0) for seed in (5, 5, 6)]
+    assert torch.equal(order[0], order[1]) and not torch.equal(order[0], order[2])
+    assert derive_seed(0, "data", 0) != derive_seed(0, "data", 1)  # e.g. one data seed per rank
+
+
+def test_batches_cover_each_epoch_once(make_study) -> None:
+    loaded = make_study()
+    data = build_workload(loaded.spec, loaded.base_dir, init_seed=0).train_data
+    batches = StepBatches(data, 32, data_seed=3)
+    epoch = torch.cat([batches.indices(step) for step in range(batches.steps_per_epoch)])
+    assert len(set(epoch.tolist())) == len(epoch) == batches.steps_per_epoch * 32
+    assert not torch.equal(batches.indices(0), batches.indices(batches.steps_per_epoch))  # reshuffled
