@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable: bool = True) -> None:
     """Call ``write(file)`` on a temp file next to ``path``, then rename it over ``path``.
@@ -22,6 +25,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain open() would honour the umask
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             if durable:

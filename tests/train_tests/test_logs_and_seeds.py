@@ -42,8 +42,13 @@ def test_partial_eval_batches_weigh_by_real_examples(make_study) -> None:
     assert len(workload.eval_data) % 7 != 0
 
     def evaluate(batch_size: int) -> dict[str, float]:
-        evaluator = Evaluator({"val": workload.eval_data}, loss_fn=cross_entropy_per_item,
-                              metrics=["loss", "accuracy", "mcc"], num_classes=10, batch_size=batch_size)
+        evaluator = Evaluator(
+            {"val": workload.eval_data},
+            loss_fn=cross_entropy_per_item,
+            metrics=["loss", "accuracy", "mcc"],
+            num_classes=10,
+            batch_size=batch_size,
+        )
         return evaluator.run(workload.model)[0]
 
     small, whole = evaluate(7), evaluate(10_000)
@@ -57,7 +62,7 @@ def test_model_init_seed_and_data_seed_are_independent(make_study) -> None:
     first = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(0, "init"))
     again = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(0, "init"))
     other = build_workload(loaded.spec, loaded.base_dir, init_seed=derive_seed(1, "init"))
-    weights = [list(w.model.parameters())[0] for w in (first, again, other)]
+    weights = [next(iter(w.model.parameters())) for w in (first, again, other)]
     assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
 
     order = [StepBatches(first.train_data, 32, seed).indices(0) for seed in (5, 5, 6)]

@@ -24,9 +24,15 @@ class Recorder(Callback):
 def test_events_fire_in_documented_order(make_study, tmp_path: Path) -> None:
     loaded = make_study(max_train_steps=4, eval_every=2, schedule=[{"shape": "constant"}])
     recorder = Recorder()
-    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, extra_callbacks=[recorder],
-                 progress=False)
-    step_pair = [("train_step_start", 0), ("train_step_end", 1), ("train_step_start", 1), ("train_step_end", 2)]
+    run_training(
+        loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, extra_callbacks=[recorder], progress=False
+    )
+    step_pair = [
+        ("train_step_start", 0),
+        ("train_step_end", 1),
+        ("train_step_start", 1),
+        ("train_step_end", 2),
+    ]
     evals = [("eval_start", 2), ("eval_end", 2), ("checkpoint", 2)]
     second = [(e, s + 2) for e, s in step_pair]
     evals4 = [(e, 4) for e, _ in evals]
@@ -62,8 +68,9 @@ class StopAt(Callback):
 
 def test_a_callback_stops_training_with_a_reason(make_study, tmp_path: Path) -> None:
     loaded = make_study()
-    result = run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir,
-                          extra_callbacks=[StopAt(7)], progress=False)
+    result = run_training(
+        loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, extra_callbacks=[StopAt(7)], progress=False
+    )
     assert (result.status, result.step, result.message) == ("stopped", 7, "asked to stop at step 7")
     status = read_status(tmp_path / "run")
     assert status["status"] == "stopped" and status["step"] == 7
@@ -105,8 +112,9 @@ def test_nan_loss_stops_the_run_as_diverged_and_is_never_best(tmp_path: Path) ->
         "name: nan\nworkload: {name: 'nan_workload.py:build', options: {at_call: 25}}\n"
         "training: {max_train_steps: 50, eval_every: 10, tensorboard: false, keep_best_checkpoints: 5}\n"
     )
-    result = CliRunner().invoke(app, ["train", str(tmp_path / "study.yaml"), "--output-dir",
-                                      str(tmp_path / "runs"), "--no-progress"])
+    result = CliRunner().invoke(
+        app, ["train", str(tmp_path / "study.yaml"), "--output-dir", str(tmp_path / "runs"), "--no-progress"]
+    )
     assert result.exit_code == 1, result.output
     assert "diverged" in result.output
     run = tmp_path / "runs" / "nan" / "train" / "run-001"

@@ -36,8 +36,9 @@ def test_resume_continues_bit_for_bit(make_study, tmp_path: Path, stop_at: int) 
     straight = run_training(loaded.spec, tmp_path / "straight", base_dir=loaded.base_dir, progress=False)
 
     split = tmp_path / "split"
-    first = run_training(loaded.spec, split, base_dir=loaded.base_dir, extra_callbacks=[InterruptAt(stop_at)],
-                         progress=False)
+    first = run_training(
+        loaded.spec, split, base_dir=loaded.base_dir, extra_callbacks=[InterruptAt(stop_at)], progress=False
+    )
     assert (first.status, first.step) == ("interrupted", stop_at)
     second = run_training(loaded.spec, split, base_dir=loaded.base_dir, progress=False)
     assert (second.status, second.resumed_from_step, second.step) == ("completed", stop_at, 100)
@@ -55,7 +56,11 @@ def test_keeps_the_n_best_plus_latest(make_study, tmp_path: Path) -> None:
     run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
     folder = tmp_path / "run" / "checkpoints"
     with (tmp_path / "run" / "metrics.csv").open() as handle:
-        evals = [(float(r["val/error_rate"]), int(r["step"])) for r in csv.DictReader(handle) if r["val/error_rate"]]
+        evals = [
+            (float(r["val/error_rate"]), int(r["step"]))
+            for r in csv.DictReader(handle)
+            if r["val/error_rate"]
+        ]
     index = json.loads((folder / "index.json").read_text())
     kept = [(entry["value"], entry["step"]) for entry in index["best"]]
     # The three lowest error rates; among ties the earliest checkpoints stay (a later tie is not better).

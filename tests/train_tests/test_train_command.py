@@ -19,8 +19,13 @@ from tuner.train import read_status
 
 
 def tuner(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tuner", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TUNER_DEBUG": ""})
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TUNER_DEBUG": ""},
+    )
 
 
 def test_ctrl_c_then_rerun_continues_where_it_stopped(tmp_path: Path) -> None:
@@ -71,7 +76,16 @@ def test_missing_max_train_steps_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_objective_the_workload_does_not_compute_is_a_usage_error(tmp_path: Path) -> None:
     study = write_study(tmp_path)
-    result = CliRunner().invoke(app, ["train", str(study), "--output-dir", str(tmp_path / "runs"),
-                                      "--set", "objective.metric=val/perplexity"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(study),
+            "--output-dir",
+            str(tmp_path / "runs"),
+            "--set",
+            "objective.metric=val/perplexity",
+        ],
+    )
     assert result.exit_code == 2
     assert "'val/perplexity' is not computed by this workload" in result.output

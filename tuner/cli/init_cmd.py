@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import typer
@@ -21,13 +22,15 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented study file from a built-in template."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder; give the path of the study file to write")
     if path.exists() and not force:
         raise UsageError(f"{path} already exists (use --force to overwrite)")
-    study_name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem).lstrip(".-_") or template
+    study_name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem).lstrip(".-_")[:64] or template
     text = render_template(template, study_name)
     atomic_write_text(path, text)
     out.print(f"wrote {path} (template {template}, study name {study_name!r})")
-    out.print(f"next: tuner validate {path}")
+    out.print(f"next: tuner validate {shlex.quote(str(path))}")
 
 
 init.__doc__ = (init.__doc__ or "") + f"\n\nTemplates: {', '.join(template_names())}."

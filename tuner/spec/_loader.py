@@ -50,7 +50,7 @@ class LoadedStudy:
         """The spec with dotted keys (search-space params) set; raises a located SpecError."""
         document = self.document
         for key, value in values.items():
-            document = set_path(document, key_to_path(key), value)
+            document = set_path(document, key_to_path(key), value, defaults=self.spec.model_dump())
         return _validate(document, str(self.path), self.positions, self.overrides)
 
 
@@ -64,14 +64,14 @@ def _located(
     at_key: bool = False,
 ) -> SpecError:
     for override_path, text in overrides.items():
-        if path[: len(override_path)] == override_path:
+        if path[: len(override_path)] == override_path or override_path[: len(path)] == path != ():
             return SpecError(message, path=f"--set {text}", field=format_path(path))
     where = positions.of(path, key=at_key)
     line, column = where if where else (None, None)
     return SpecError(message, path=source, line=line, column=column, field=format_path(path) or None)
 
 
-def _error_path(document: Any, loc: tuple[Any, ...]) -> Path_:
+def _error_path(document: Any, loc: tuple[Any, ...], missing: bool = False) -> Path_:
     """Pydantic's ``loc`` has union tags and validator names in it; keep the real data path."""
     path: list[str | int] = []
     node = document
@@ -81,7 +81,7 @@ def _error_path(document: Any, loc: tuple[Any, ...]) -> Path_:
         ):
             node = node[part]
             path.append(part)
-        elif index == len(loc) - 1 and isinstance(part, str) and isinstance(node, dict):
+        elif missing and index == len(loc) - 1 and isinstance(part, str) and isinstance(node, dict):
             path.append(part)  # a missing field: name it, point at its parent
     return tuple(path)
 
@@ -98,7 +98,7 @@ def _first_error(
     """The first problem in reading order, as one located line."""
     located = []
     for detail in error.errors(include_url=False):
-        path = (*prefix, *_error_path(data, tuple(detail["loc"])))
+        path = (*prefix, *_error_path(data, tuple(detail["loc"]), detail["type"] == "missing"))
         message = message_for(detail, model, path[len(prefix) :])
         at_key = detail["type"] == "extra_forbidden"
         located.append(_located(source, positions, overrides, path, message, at_key=at_key))
@@ -159,7 +159,7 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
         target, value = _parse_override(text)
         if target[0] != "workload" and not has_path(defaults, target):
             raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study")
-        document = set_path(document, target, value)
+        document = set_path(document, target, value, defaults=defaults)
         override_texts[target] = text
     spec = _validate(document, source, positions, override_texts)
     loaded = LoadedStudy(spec, path, document, positions, override_texts)

@@ -70,16 +70,23 @@ def has_path(data: Any, path: Path_) -> bool:
     return True
 
 
-def set_path(data: dict[str, Any], path: Path_, value: Any) -> dict[str, Any]:
-    """A deep copy of ``data`` with ``value`` at ``path`` (missing mappings are created)."""
+def set_path(data: dict[str, Any], path: Path_, value: Any, defaults: Any = None) -> dict[str, Any]:
+    """A deep copy of ``data`` with ``value`` at ``path``.
+
+    A missing container on the way is copied from ``defaults`` (e.g. the default schedule list,
+    so ``schedule.0.shape`` works on a study that leaves ``schedule`` out), else a new mapping.
+    """
     result = copy.deepcopy(data)
     node: Any = result
-    for part in path[:-1]:
+    for depth, part in enumerate(path[:-1]):
         if isinstance(node, list):
             node = node[part]  # type: ignore[index]
             continue
         if not isinstance(node.get(part), (dict, list)):
-            node[part] = {}
+            fallback = (
+                get_path(defaults, path[: depth + 1]) if has_path(defaults, path[: depth + 1]) else None
+            )
+            node[part] = copy.deepcopy(fallback) if isinstance(fallback, (dict, list)) else {}
         node = node[part]
     node[path[-1]] = value
     return result

@@ -21,10 +21,27 @@ Path_ = tuple[str | int, ...]
 class _StudyLoader(yaml.SafeLoader):
     """SafeLoader + exponent floats without a dot (``1e-3``) + an error on duplicate keys."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, OverflowError) as error:
+            # e.g. `2024-13-45` read as a date, `!!int abc`: a located error, not a crash
+            raise SpecError(
+                f"cannot read this value: {error}",
+                line=node.start_mark.line + 1,
+                column=node.start_mark.column + 1,
+            ) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise SpecError(
+                    "a mapping key must be a plain value, not a list or mapping",
+                    line=key_node.start_mark.line + 1,
+                    column=key_node.start_mark.column + 1,
+                )
             if key in seen:
                 raise SpecError(
                     f"duplicate key {key!r} (the second one would silently win)",

@@ -78,6 +78,10 @@ class Trainer:
         for handler in self._handlers[event]:
             handler(self)
 
+    @property
+    def stop_requested(self) -> StopReason | str | None:
+        return self._stop_requested
+
     def request_stop(self, reason: StopReason | str = StopReason.STOPPED) -> None:
         """Stop at the next step boundary (safe from a signal handler)."""
         self._stop_requested = reason

@@ -98,7 +98,7 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if trainer._stop_requested is not None and signum == signal.SIGINT:
+        if trainer.stop_requested is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         trainer.request_stop(StopReason.INTERRUPTED)
 

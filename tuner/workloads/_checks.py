@@ -15,7 +15,9 @@ from tuner.workloads._entry_points import check_entry_point, parse_entry_point
 _OPTIONS = ("workload", "options")
 
 
-def _check_options(loaded: LoadedStudy, options: dict[str, Any], blame: tuple | None = None) -> None:
+def _check_options(
+    loaded: LoadedStudy, options: dict[str, Any], blame: tuple[tuple, Any] | None = None
+) -> None:
     builtin = BUILTINS.get(loaded.spec.workload.name)
     if builtin is None:
         return
@@ -25,7 +27,9 @@ def _check_options(loaded: LoadedStudy, options: dict[str, Any], blame: tuple | 
         located = loaded.validation_error(error, builtin.options, options, _OPTIONS)
         if blame is None:
             raise located from None
-        raise loaded.error(blame, f"value does not fit: {located.detail}", at_key=True) from None
+        here, value = blame
+        message = f"value {value!r} does not fit {located.field}: {located.detail}"
+        raise loaded.error(here, message, at_key=True) from None
 
 
 def check_study(loaded: LoadedStudy) -> None:
@@ -51,4 +55,4 @@ def check_study(loaded: LoadedStudy) -> None:
         values = list(param.choices) if isinstance(param, CategoricalParam) else [param.low, param.high]
         for value in values:
             options = set_path({"o": spec.workload.options}, ("o", *option_path), value)["o"]
-            _check_options(loaded, options, blame=here)
+            _check_options(loaded, options, blame=(here, value))

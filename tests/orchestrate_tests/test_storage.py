@@ -1,0 +1,57 @@
+"""Storage: SQLite in WAL mode by default, real PostgreSQL where CI provides it, no password shown."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import UsageError
+from tuner.orchestrate import default_storage_url, open_storage, redact_url, resolve_storage_url
+
+
+def test_redact_hides_the_password_only() -> None:
+    assert redact_url("postgresql://alice:s3cret@db.example:5432/tuning") == \
+        "postgresql://alice:***@db.example:5432/tuning"
+    assert redact_url("sqlite:////tmp/x/study.db") == "sqlite:////tmp/x/study.db"
+
+
+def test_default_storage_is_a_wal_sqlite_file_under_the_output_folder(tmp_path: Path) -> None:
+    import optuna
+
+    url = default_storage_url(tmp_path / "runs", "digits")
+    assert url == f"sqlite:///{tmp_path / 'runs' / 'digits' / 'study.db'}"
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="digits/train", storage=storage)
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    with sqlite3.connect(tmp_path / "runs" / "digits" / "study.db") as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert len(optuna.load_study(study_name="digits/train", storage=url).trials) == 3
+
+
+def test_env_overrides_the_study_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TUNER_STORAGE", raising=False)
+    assert resolve_storage_url("postgresql://h/db", tmp_path, "s") == "postgresql://h/db"
+    assert resolve_storage_url(None, tmp_path, "s") == default_storage_url(tmp_path, "s")
+    monkeypatch.setenv("TUNER_STORAGE", "sqlite:////elsewhere.db")
+    assert resolve_storage_url("postgresql://h/db", tmp_path, "s") == "sqlite:////elsewhere.db"
+
+
+def test_a_connection_error_never_shows_the_password() -> None:
+    with pytest.raises(UsageError) as caught:
+        open_storage("postgresql://alice:hunter2@127.0.0.1:1/nowhere")
+    message = str(caught.value)
+    assert "hunter2" not in message and "alice:***@127.0.0.1:1/nowhere" in message
+    assert "\n" not in message
+
+
+@pytest.mark.postgres
+def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> None:
+    import optuna
+
+    study = optuna.create_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1) ** 2, n_trials=4)
+    again = optuna.load_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))
+    assert [t.number for t in again.trials] == [0, 1, 2, 3]
+    optuna.delete_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))

@@ -1,0 +1,96 @@
+"""The study's storage: an SQLite file by default, PostgreSQL to share a study between machines.
+
+Settings that remove the classic complaints: SQLite in WAL mode with a long busy timeout, so
+several local workers never see "database is locked"; PostgreSQL with connection pre-ping, so
+a connection dropped by the server while a trial trained for an hour is replaced, not fatal.
+A URL's password never appears in output, logs, errors or saved files: use ``redact_url``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import UsageError
+
+SQLITE_BUSY_TIMEOUT_S = 60
+STORAGE_ENV = "TUNER_STORAGE"
+
+
+def redact_url(url: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable storage URL>"
+
+
+def _scrub(text: str, url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        password = make_url(url).password
+    except Exception:
+        password = None
+    text = text.replace(url, redact_url(url))
+    return text.replace(str(password), "***") if password else text
+
+
+def default_storage_url(output_dir: Path, study_name: str) -> str:
+    return f"sqlite:///{(Path(output_dir) / study_name / 'study.db').resolve()}"
+
+
+def resolve_storage_url(configured: str | None, output_dir: Path, study_name: str) -> str:
+    """``$TUNER_STORAGE`` beats the study file's ``storage``, which beats the SQLite default."""
+    return os.environ.get(STORAGE_ENV) or configured or default_storage_url(output_dir, study_name)
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    return {"pool_pre_ping": True, "pool_recycle": 3600}
+
+
+def _normalise(url: str) -> str:
+    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _prepare_sqlite(url: str) -> None:
+    """Create the folder and switch the file to WAL (persistent: once per database file)."""
+    path = url.split("sqlite:///", 1)[1]
+    if not path or path == ":memory:":
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
+
+
+def open_storage(
+    url: str, *, heartbeat_interval_s: int | None = None, grace_period_s: int | None = None, **callbacks: Any
+) -> Any:
+    """An ``optuna.storages.RDBStorage`` for ``url``; connection errors become one redacted line."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    url = _normalise(url)
+    try:
+        if url.startswith("sqlite:///"):
+            _prepare_sqlite(url)
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=_engine_kwargs(url),
+            heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s,
+            **callbacks,
+        )
+    except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
