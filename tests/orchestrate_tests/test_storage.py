@@ -12,8 +12,10 @@ from tuner.orchestrate import default_storage_url, open_storage, redact_url, res
 
 
 def test_redact_hides_the_password_only() -> None:
-    assert redact_url("postgresql://alice:s3cret@db.example:5432/tuning") == \
-        "postgresql://alice:***@db.example:5432/tuning"
+    assert (
+        redact_url("postgresql://alice:s3cret@db.example:5432/tuning")
+        == "postgresql://alice:***@db.example:5432/tuning"
+    )
     assert redact_url("sqlite:////tmp/x/study.db") == "sqlite:////tmp/x/study.db"
 
 

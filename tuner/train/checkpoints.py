@@ -26,6 +26,11 @@ def best_name(step: int) -> str:
     return f"best-step{step:08d}.pt"
 
 
+def step_of(name: str) -> int:
+    """``best-step00000400.pt`` -> 400 (any number of digits)."""
+    return int(name[len("best-step") : -len(".pt")])
+
+
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     atomic_write(path, lambda handle: torch.save(state, handle))
 
@@ -46,6 +51,7 @@ class CheckpointCallback(Callback):
     def __init__(self, folder: Path, tracker: ObjectiveTracker, keep_best: int) -> None:
         self.folder, self.tracker, self.keep_best = Path(folder), tracker, keep_best
         self.best: dict[str, float] = {}  # file name -> objective value
+        self._latest_step: int | None = None
 
     def _worst(self) -> str:
         # The worst is the one every other beats: max for minimize, min for maximize.
@@ -71,6 +77,7 @@ class CheckpointCallback(Callback):
                 evicted = self._worst()
                 del self.best[evicted]
             self.best[name] = float(value)  # type: ignore[arg-type]
+        self._latest_step = loop.step  # saved inside latest.pt, see load_state_dict
         latest = self.folder / LATEST
         save_checkpoint(latest, loop.state_dict())
         if keep:
@@ -87,18 +94,30 @@ class CheckpointCallback(Callback):
             self.folder / "index.json",
             {
                 "latest": {"file": LATEST, "step": loop.step},
-                "best": [{"file": f, "value": v, "step": int(f[9:17])} for f, v in ranked],
+                "best": [{"file": f, "value": v, "step": step_of(f)} for f, v in ranked],
                 "metric": self.tracker.metric,
                 "direction": self.tracker.direction,
             },
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": dict(self.best)}
+        return {"best": dict(self.best), "latest_step": self._latest_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # A kill between saving latest.pt and linking its best copy leaves a name without a file.
-        self.best = {name: value for name, value in state["best"].items() if (self.folder / name).exists()}
+        """Restore the best set and repair what a kill mid-checkpoint can leave on disk."""
+        self._latest_step = state.get("latest_step")
+        self.best = {}
+        for name, value in state["best"].items():
+            path = self.folder / name
+            if not path.exists() and step_of(name) == self._latest_step:
+                _link_or_copy(self.folder / LATEST, path)  # killed between the save and the link
+            if path.exists():
+                self.best[name] = value
+        for stray in self.folder.glob("best-step*.pt"):
+            if stray.name not in self.best:  # killed before an evicted file was deleted
+                stray.unlink()
+        for tmp in self.folder.glob(".*.tmp"):
+            tmp.unlink()
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

@@ -98,7 +98,9 @@ class CsvLogger(Callback):
             )
 
     def on_eval_end(self, loop: Any) -> None:
+        # Written now, before the checkpoint of this step: a kill -9 after it must not lose the row.
         self._row(loop).update(loop.last_eval)
+        self._flush()
 
     def on_fit_end(self, loop: Any) -> None:
         self._flush()

@@ -76,15 +76,21 @@ class Trainer:
     # -- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
         for handler in self._handlers[event]:
-            handler(self)
+            try:
+                handler(self)
+            except StopTraining as stop:
+                # The event's other handlers still run (loggers, checkpoints) and the stop takes
+                # effect at the step boundary: a pruned step's eval is never half-recorded.
+                self.request_stop(stop.reason, stop.message)
 
     @property
     def stop_requested(self) -> StopReason | str | None:
         return self._stop_requested
 
-    def request_stop(self, reason: StopReason | str = StopReason.STOPPED) -> None:
-        """Stop at the next step boundary (safe from a signal handler)."""
-        self._stop_requested = reason
+    def request_stop(self, reason: StopReason | str = StopReason.STOPPED, message: str = "") -> None:
+        """Stop at the next step boundary (safe from a signal handler); the first request wins."""
+        if self._stop_requested is None:
+            self._stop_requested, self.stop_message = reason, message
 
     # -- the loop -----------------------------------------------------------------------------
     def fit(self) -> StopReason | str:
@@ -93,22 +99,24 @@ class Trainer:
         Side effects: whatever the callbacks do (files, logs); the model and optimizer change.
         """
         self.start_step = self.step
+        checkpointed_step = self.step  # a resumed run's latest.pt is of this step
         self.model.train()
         self.emit(Event.FIT_START)
         try:
             while self.step < self.max_train_steps:
                 if self._stop_requested is not None:
-                    raise StopTraining(self._stop_requested)
+                    raise StopTraining(self._stop_requested, self.stop_message)
                 self.train_step()
                 if self.evaluator is not None and should_eval(
                     self.step, self.eval_every, self.max_train_steps
                 ):
                     self.evaluate()
                     self.emit(Event.CHECKPOINT)
+                    checkpointed_step = self.step
             self.stop_reason = StopReason.COMPLETED
         except StopTraining as stop:
             self.stop_reason, self.stop_message = stop.reason, stop.message
-            if stop.reason == StopReason.INTERRUPTED:
+            if stop.reason == StopReason.INTERRUPTED and checkpointed_step != self.step:
                 self.emit(Event.CHECKPOINT)  # keep every finished step
         except BaseException:
             self.emit(Event.EXCEPTION)
@@ -120,7 +128,8 @@ class Trainer:
         self.emit(Event.TRAIN_STEP_START)
         inputs, targets = self.batches.get(self.step)
         if self.augment is not None:
-            generator = torch.Generator().manual_seed(self.batches.data_seed * 1_000_003 + self.step)
+            generator = torch.Generator(device=inputs.device)
+            generator.manual_seed(self.batches.data_seed * 1_000_003 + self.step)
             inputs = self.augment(inputs, generator)
         self.lr = self.base_lr * self.schedule(self.step)
         for group in self.optimizer.param_groups:

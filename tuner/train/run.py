@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
+from tuner._atomic import atomic_write_text
 from tuner.errors import UsageError, WorkloadError
 from tuner.spec import StudySpec
 from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
@@ -27,7 +28,7 @@ from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
 from tuner.train.rng import derive_seed
-from tuner.train.run_folder import prepare_run_dir, write_status
+from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
 from tuner.workloads import IGNORE_INDEX, Workload, build_workload
 
@@ -135,19 +136,20 @@ def run_training(
     except ValueError as error:
         raise UsageError(f"training.schedule: {error}") from None
     run_dir = Path(run_dir)
-    prepare_run_dir(run_dir, spec, command)
-    try:
-        return _run(spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress)
-    except BaseException as error:
-        interrupted = isinstance(error, KeyboardInterrupt)
-        write_status(
-            run_dir,
-            status="interrupted" if interrupted else "failed",
-            message="" if interrupted else f"{type(error).__name__}: {error}",
-        )
-        if not interrupted:
-            (run_dir / "error.log").write_text(traceback.format_exc())
-        raise
+    with locked_run_dir(run_dir):
+        prepare_run_dir(run_dir, spec, command)
+        try:
+            return _run(spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress)
+        except BaseException as error:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            write_status(
+                run_dir,
+                status="interrupted" if interrupted else "failed",
+                message="" if interrupted else f"{type(error).__name__}: {error}",
+            )
+            if not interrupted:
+                atomic_write_text(run_dir / "error.log", traceback.format_exc())
+            raise
 
 
 def _run(
@@ -164,6 +166,8 @@ def _run(
     device = resolve_device(training.device)
     workload = build_workload(spec, base_dir, init_seed=derive_seed(spec.seed, "init"))
     model = workload.model.to(device)
+    run_data_seed = data_seed if data_seed is not None else derive_seed(spec.seed, "data")
+    torch.manual_seed(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
     evaluator = build_evaluator(workload, spec, device)
     if spec.objective.metric not in evaluator.output_names():
         raise WorkloadError(
@@ -191,12 +195,7 @@ def _run(
         )
     trainer = Trainer(
         model=model,
-        batches=StepBatches(
-            workload.train_data,
-            training.batch_size,
-            data_seed if data_seed is not None else derive_seed(spec.seed, "data"),
-            device,
-        ),
+        batches=StepBatches(workload.train_data, training.batch_size, run_data_seed, device),
         loss_fn=workload.loss_fn or cross_entropy_per_item,
         optimizer=build_optimizer(training.optimizer, model.parameters()),
         schedule=schedule,
@@ -210,7 +209,8 @@ def _run(
     )
     latest = run_dir / "checkpoints" / LATEST
     if latest.exists():
-        trainer.load_state_dict(load_checkpoint(latest, map_location=device))
+        # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
+        trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
     resumed_from = trainer.step
     with stop_on_signals(trainer):
         reason = trainer.fit()

@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +57,57 @@ def phase_dir(output_dir: Path, study_name: str, phase: str) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def locked_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir/.lock`` for the whole run: two processes must never write one folder.
+
+    The OS drops the lock when the process dies (even by kill -9), so a dead run is resumable.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = (run_dir / ".lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        pid = read_status(run_dir).get("pid", "?")
+        raise UsageError(
+            f"{run_dir} is in use by another process (pid {pid}); "
+            "wait for it to finish, or start a new run with --fresh"
+        ) from None
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def is_locked(run_dir: Path) -> bool:
+    try:
+        with locked_run_dir(run_dir):
+            return False
+    except UsageError:
+        return True
+
+
+def _run_number(run: Path) -> int:
+    return int(run.name[4:]) if run.name[4:].isdigit() else 0
+
+
 def choose_run_dir(output_dir: Path, spec: StudySpec, phase: str = "train", *, fresh: bool = False) -> Path:
-    """The unfinished run with this exact config (to resume), else a new ``run-NNN``."""
+    """The unfinished run with this exact config that no process holds (to resume), else a new one."""
     folder = phase_dir(output_dir, spec.name, phase)
     wanted = config_hash(spec)
-    runs = sorted(folder.glob("run-*")) if folder.exists() else []
+    runs = sorted(folder.glob("run-*"), key=_run_number) if folder.exists() else []
     if not fresh:
         for run in reversed(runs):
             status = read_status(run)
-            if status.get("config_hash") == wanted and status.get("status") in UNFINISHED:
+            if (
+                status.get("config_hash") == wanted
+                and status.get("status") in UNFINISHED
+                and not is_locked(run)
+            ):
                 return run
-    numbers = [int(r.name[4:]) for r in runs if r.name[4:].isdigit()]
-    return folder / f"run-{max(numbers, default=0) + 1:03d}"
+    return folder / f"run-{max(map(_run_number, runs), default=0) + 1:03d}"
 
 
 def prepare_run_dir(run_dir: Path, spec: StudySpec, command: str | None) -> None:

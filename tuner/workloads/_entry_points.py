@@ -96,8 +96,15 @@ def import_entry_point(entry: EntryPoint) -> Callable[..., Any]:
             spec = importlib.util.spec_from_file_location(module_name, entry.file)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
+            folder = str(entry.file.resolve().parent)
+            if folder not in sys.path:  # like running the file: its neighbours are importable
+                sys.path.insert(0, folder)
             sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(module_name, None)  # a retry must see the real error again
+                raise
     else:
         module = importlib.import_module(entry.module or "")
     function = getattr(module, entry.function, None)
