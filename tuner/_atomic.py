@@ -37,9 +37,11 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable
         raise
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+def atomic_write_text(path: str | Path, text: str, *, durable: bool = True) -> None:
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), durable=durable)
 
 
-def atomic_write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n")
+def atomic_write_json(path: str | Path, data: Any, *, durable: bool = True) -> None:
+    atomic_write_text(
+        path, json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n", durable=durable
+    )

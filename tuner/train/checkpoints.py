@@ -90,7 +90,7 @@ class CheckpointCallback(Callback):
         ranked = sorted(
             self.best.items(), key=lambda item: item[1], reverse=self.tracker.direction == "maximize"
         )
-        atomic_write_json(
+        atomic_write_json(  # not fsynced: resume reads the best set from latest.pt, not from here
             self.folder / "index.json",
             {
                 "latest": {"file": LATEST, "step": loop.step},
@@ -98,6 +98,7 @@ class CheckpointCallback(Callback):
                 "metric": self.tracker.metric,
                 "direction": self.tracker.direction,
             },
+            durable=False,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,13 +47,17 @@ class _CsvFile:
     def open(self, resume_step: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         resumed = resume_step > 0 and _truncate_after(self.path, resume_step)
-        self._handle = self.path.open("a" if resumed else "w", newline="", buffering=1)
+        # Block-buffered (a syscall per row costs ~13 us/step); flush() at evals and at the end.
+        self._handle = self.path.open("a" if resumed else "w", newline="")
         self._writer = csv.DictWriter(self._handle, fieldnames=self.columns, extrasaction="ignore")
         if not resumed:
             self._writer.writeheader()
 
     def write(self, row: dict[str, Any]) -> None:
         self._writer.writerow(row)
+
+    def flush(self) -> None:
+        self._handle.flush()
 
     def close(self) -> None:
         if self._handle is not None:
@@ -101,6 +105,7 @@ class CsvLogger(Callback):
         # Written now, before the checkpoint of this step: a kill -9 after it must not lose the row.
         self._row(loop).update(loop.last_eval)
         self._flush()
+        self.file.flush()
 
     def on_fit_end(self, loop: Any) -> None:
         self._flush()
@@ -124,6 +129,7 @@ class PredictionsLogger(Callback):
     def on_eval_end(self, loop: Any) -> None:
         for row in loop.last_predictions:
             self.file.write({"step": loop.step, **row})
+        self.file.flush()  # before this step's checkpoint
 
     def on_fit_end(self, loop: Any) -> None:
         self.file.close()

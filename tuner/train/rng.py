@@ -19,6 +19,7 @@ def derive_seed(base: int, *labels: int | str) -> int:
 
 def rng_state() -> dict[str, Any]:
     name, keys, position, has_gauss, cached = np.random.get_state()
+    python_version, python_internal, python_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {
@@ -28,7 +29,8 @@ def rng_state() -> dict[str, Any]:
             "has_gauss": int(has_gauss),
             "cached": float(cached),
         },
-        "python": random.getstate(),
+        # One tensor, not a tuple of 625 ints the pickler would visit one by one.
+        "python": (python_version, torch.tensor(python_internal, dtype=torch.int64), python_gauss),
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -48,6 +50,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         )
     )
     version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
+    internal = tuple(internal.tolist()) if isinstance(internal, torch.Tensor) else tuple(internal)
+    random.setstate((version, internal, gauss))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

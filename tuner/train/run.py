@@ -56,6 +56,8 @@ def resolve_device(choice: str) -> torch.device:
 
 def cross_entropy_per_item(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Default loss: one cross-entropy per target item; padding (``IGNORE_INDEX``) gives 0."""
+    if logits.dim() == 2:  # no reshape views: each costs a forward and a backward node per step
+        return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
     losses = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
     )

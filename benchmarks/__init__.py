@@ -1,0 +1,1 @@
+"""Speed benchmarks: `python -m benchmarks` runs them all (`make bench`); each module runs alone."""

@@ -1,0 +1,41 @@
+"""``make bench``: run every benchmark, then one table of figures, targets and PASS/FAIL.
+
+Benchmarks report, tests gate: the exit code is 0 even when a target is missed (or a benchmark
+crashes, which shows as ERROR). Each benchmark also runs alone: ``python -m benchmarks.<name>``.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from benchmarks import checkpoint_cost, cli_startup, loop_overhead
+from benchmarks._common import Result, load, print_table, stopwatch
+
+BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup)
+
+
+def main() -> int:
+    elapsed = stopwatch()
+    results: list[Result] = []
+    errors: list[str] = []
+    for module in BENCHMARKS:
+        try:
+            results += module.run()
+        except Exception:
+            traceback.print_exc()
+            errors.append(module.NAME)
+        print(flush=True)
+    print(f"== summary (figures are ratios against a baseline measured in the same run) [{load()}]")
+    print_table(results)
+    for name in errors:
+        print(f"{name}: ERROR (traceback above)")
+    missed = [r for r in results if r.passed is False]
+    print(
+        f"\n{sum(r.passed is True for r in results)} PASS, {len(missed)} FAIL, {len(errors)} ERROR "
+        f"in {elapsed():.0f}s" + (f"; missed: {', '.join(r.figure for r in missed)}" if missed else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""Shared pieces of the benchmarks: results, interleaved timing, medians, the summary table.
+
+Every figure is a ratio against a baseline measured in the same process run, interleaved with it
+(A, B, A, B...), so a machine that is busy or throttled slows both sides alike.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One figure of one benchmark; ``passed`` is None for a figure reported without a target."""
+
+    benchmark: str
+    figure: str
+    value: float
+    fmt: str  # how to print value, e.g. "{:.3f}" or "{:.0f} ms"
+    target: str = ""
+    passed: bool | None = None
+
+    @property
+    def shown(self) -> str:
+        return self.fmt.format(self.value)
+
+    @property
+    def verdict(self) -> str:
+        return "-" if self.passed is None else "PASS" if self.passed else "FAIL"
+
+
+def interleaved(
+    runs: dict[str, Callable[[], float]], repetitions: int, *, label: str = ""
+) -> dict[str, list[float]]:
+    """Call each of ``runs`` in turn, ``repetitions`` rounds; each returns its own wall time (s).
+
+    The callables time themselves so their setup (building a model, a folder) stays untimed.
+    Every other round runs in reverse order (A B, B A, A B...) so a drift in machine speed, or
+    going first after a slow setup, does not always land on the same side.
+    """
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for rep in range(repetitions):
+        order = list(runs) if rep % 2 == 0 else list(reversed(runs))
+        for name in order:
+            times[name].append(runs[name]())
+        if label:
+            last = "  ".join(f"{name} {times[name][-1]:.3f}s" for name in runs)
+            print(f"  {label} rep {rep + 1}/{repetitions}: {last}", flush=True)
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """Median of ``a[i] / b[i]``: each round's two runs are close in time, so this shrugs off
+    a slow patch of the machine better than the ratio of medians does (shown as a cross-check).
+    """
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def load() -> str:
+    """The 1-minute load average against the cores: other work on the machine makes figures noisy.
+
+    The benchmark itself keeps one core busy (load ~1); more than a quarter of the others busy on
+    top of that is flagged.
+    """
+    cores = os.cpu_count() or 1
+    one_minute = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    busy = one_minute - 1 > 0.25 * cores
+    note = "; other processes were busy too, figures are noisier" if busy else ""
+    return f"load average {one_minute:.2f} on {cores} cores{note}"
+
+
+def spread(values: Sequence[float]) -> str:
+    """``min..max`` of a sample, to show how noisy a median is."""
+    return f"{min(values):.3f}..{max(values):.3f}s"
+
+
+def stopwatch() -> Callable[[], float]:
+    """``elapsed = stopwatch(); ...; elapsed()`` -> seconds since the call."""
+    start = time.perf_counter()
+    return lambda: time.perf_counter() - start
+
+
+def print_table(results: Sequence[Result]) -> None:
+    rows = [("benchmark", "figure", "value", "target", "result")]
+    rows += [(r.benchmark, r.figure, r.shown, r.target or "-", r.verdict) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for index, row in enumerate(rows):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def report(title: str, results: Sequence[Result]) -> None:
+    """The end of a benchmark run on its own: its figures as a table."""
+    print(f"\n{title}")
+    print_table(results)

@@ -1,0 +1,211 @@
+"""What the engine costs over a hand-written PyTorch loop doing the same training.
+
+The engine is ``Trainer`` with its default callbacks (``CsvLogger`` to a temp file,
+``ProgressCallback`` on a non-terminal console) and no evaluator. The hand loop trains the same
+model (same initial weights, a deepcopy of one seeded build) on the same batches in the same order
+(the engine's per-epoch seeded permutation) with the same optimizer (AdamW, constant LR):
+forward, per-item cross entropy + mean, ``zero_grad(set_to_none=True)``, backward,
+``loss.item()``, ``optimizer.step()``. Engine and hand runs alternate; the figure is the ratio of
+their medians. An untimed run of each first checks their per-step losses are bit-identical.
+
+Run alone: ``python -m benchmarks.loop_overhead``.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+
+from benchmarks._common import Result, interleaved, load, median, paired_ratio, report, spread, stopwatch
+from tuner.spec import OptimizerSpec, ScheduleSegment, TrainingSpec
+from tuner.train.data import StepBatches, epoch_seed
+from tuner.train.events import Callback
+from tuner.train.loggers import CsvLogger
+from tuner.train.loop import Trainer
+from tuner.train.optimizers import build_optimizer
+from tuner.train.progress import ProgressCallback
+from tuner.train.run import cross_entropy_per_item
+from tuner.train.schedules import build_schedule
+from tuner.workloads import Workload, WorkloadContext
+from tuner.workloads.digits import build_cnn, build_mlp
+
+NAME = "loop_overhead"
+THREADS = 1
+REPETITIONS = 9
+BATCH_SIZE = 64
+LR = 1e-3
+INIT_SEED = 0  # the model's initial weights
+DATA_SEED = 1234  # the batch order
+RUN_SEED = 7  # the global RNG at the start of every run (dropout, if any)
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    build: Callable[[WorkloadContext], Workload]
+    steps: int
+    target: float
+
+
+# Steps chosen so one run takes 1.5-2 s on a 2-core CPU with one torch thread.
+CASES = (
+    Case("digits MLP", build_mlp, steps=2000, target=1.05),
+    Case("digits CNN", build_cnn, steps=400, target=1.02),
+)
+
+
+class _LossRecorder(Callback):
+    """Collects ``loop.last_loss`` after every step (only in the untimed equality run)."""
+
+    order = 100
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_step_end(self, loop: Any) -> None:
+        self.losses.append(loop.last_loss)
+
+
+def build_workload(case: Case) -> Workload:
+    torch.manual_seed(INIT_SEED)
+    return case.build(WorkloadContext(options={}, seed=0))
+
+
+def engine_run(
+    workload: Workload, steps: int, folder: Path, extra: tuple[Callback, ...] = ()
+) -> tuple[float, torch.nn.Module]:
+    """One ``Trainer.fit()`` with the default callbacks; returns (seconds, trained model)."""
+    training = TrainingSpec()
+    model = copy.deepcopy(workload.model)
+    callbacks: list[Callback] = [
+        CsvLogger(folder / "metrics.csv", [], training.log_every),
+        ProgressCallback(Console(file=io.StringIO()), refresh_every=training.log_every),
+        *extra,
+    ]
+    trainer = Trainer(
+        model=model,
+        batches=StepBatches(workload.train_data, BATCH_SIZE, DATA_SEED),
+        loss_fn=cross_entropy_per_item,
+        optimizer=build_optimizer(OptimizerSpec(name="adamw", lr=LR), model.parameters()),
+        schedule=build_schedule([ScheduleSegment(shape="constant")], steps),
+        base_lr=LR,
+        max_train_steps=steps,
+        eval_every=training.eval_every,
+        evaluator=None,
+        callbacks=callbacks,
+    )
+    torch.manual_seed(RUN_SEED)
+    elapsed = stopwatch()
+    trainer.fit()
+    return elapsed(), model
+
+
+def hand_run(
+    workload: Workload, steps: int, losses: list[float] | None = None
+) -> tuple[float, torch.nn.Module]:
+    """The same training written by hand; returns (seconds, trained model)."""
+    model = copy.deepcopy(workload.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    inputs, targets = workload.train_data.tensors  # type: ignore[attr-defined]
+    size = len(inputs)
+    steps_per_epoch = size // BATCH_SIZE
+    order = torch.empty(0, dtype=torch.long)
+    torch.manual_seed(RUN_SEED)
+    model.train()
+    elapsed = stopwatch()
+    for step in range(steps):
+        epoch, position = divmod(step, steps_per_epoch)
+        if position == 0:
+            generator = torch.Generator().manual_seed(epoch_seed(DATA_SEED, epoch))
+            order = torch.randperm(size, generator=generator)
+        batch = order[position * BATCH_SIZE : (position + 1) * BATCH_SIZE]
+        x, y = inputs[batch], targets[batch]
+        loss = F.cross_entropy(model(x), y, reduction="none").mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        value = loss.item()
+        if losses is not None:
+            losses.append(value)
+        optimizer.step()
+    return elapsed(), model
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+
+
+def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[Result]:
+    workload = build_workload(case)
+    print(f"\n{case.label}: batch {BATCH_SIZE}, {case.steps} steps, AdamW lr {LR:g}, median of {repetitions}")
+
+    # Untimed: the equality check (it also warms up both paths).
+    recorder = _LossRecorder()
+    _, engine_model = engine_run(workload, case.steps, folder, (recorder,))
+    hand_losses: list[float] = []
+    _, hand_model = hand_run(workload, case.steps, hand_losses)
+    mismatches = sum(a != b for a, b in zip(recorder.losses, hand_losses, strict=True))
+    worst = max(abs(a - b) for a, b in zip(recorder.losses, hand_losses, strict=True))
+    weights = _same_weights(engine_model, hand_model)
+    same = "identical" if mismatches == 0 else f"DIFFERENT at {mismatches} steps (max |diff| {worst:.3g})"
+    print(f"  per-step losses engine vs hand: {same}; final weights identical: {weights}")
+
+    times = interleaved(
+        {
+            "engine": lambda: engine_run(workload, case.steps, folder)[0],
+            "hand": lambda: hand_run(workload, case.steps)[0],
+        },
+        repetitions,
+        label=case.label,
+    )
+    engine, hand = median(times["engine"]), median(times["hand"])
+    ratio = engine / hand
+    overhead_us = (engine - hand) / case.steps * 1e6
+    print(
+        f"  engine {engine:.3f}s ({spread(times['engine'])})  hand {hand:.3f}s ({spread(times['hand'])})\n"
+        f"  ratio engine/hand {ratio:.4f} (target <= {case.target}; median of the per-round ratios "
+        f"{paired_ratio(times['engine'], times['hand']):.4f})  "
+        f"overhead {overhead_us:.1f} us/step of {hand / case.steps * 1e6:.0f} us/step  [{load()}]"
+    )
+    return [
+        Result(NAME, f"{case.label} engine/hand", ratio, "{:.4f}", f"<= {case.target}", ratio <= case.target),
+        Result(NAME, f"{case.label} overhead/step", overhead_us, "{:.1f} us"),
+        Result(NAME, f"{case.label} engine median", engine, "{:.3f} s"),
+        Result(NAME, f"{case.label} hand median", hand, "{:.3f} s"),
+        Result(
+            NAME,
+            f"{case.label} loss mismatches",
+            mismatches,
+            f"{{:.0f}} of {case.steps}",
+            "0",
+            mismatches == 0,
+        ),
+    ]
+
+
+def run() -> list[Result]:
+    torch.set_num_threads(THREADS)
+    print(f"== {NAME}: engine vs hand-written loop, torch.set_num_threads({THREADS}) for stable figures")
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
+        for case in CASES:
+            results += run_case(case, Path(tmp))
+    return results
+
+
+def main() -> None:
+    report(NAME, run())
+
+
+if __name__ == "__main__":
+    main()
