@@ -9,7 +9,8 @@ from tuner.spec._models import CategoricalParam, FloatParam, IntParam
 from tuner.spec._paths import format_path, has_path, key_to_path
 
 
-def _candidate_values(param: FloatParam | IntParam | CategoricalParam) -> list[Any]:
+def candidate_values(param: FloatParam | IntParam | CategoricalParam) -> list[Any]:
+    """The values a check must try: every choice, or both ends of a range."""
     if isinstance(param, CategoricalParam):
         return list(param.choices)
     return [param.low, param.high]
@@ -30,7 +31,7 @@ def check_search_space(loaded: Any) -> None:
             raise loaded.error(
                 here, f"matches no config field (looked for {format_path(target)})", at_key=True
             )
-        for value in _candidate_values(param):
+        for value in candidate_values(param):
             try:
                 loaded.with_values({key: value})
             except SpecError as error:

@@ -7,7 +7,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from tuner.errors import WorkloadError
-from tuner.spec import CategoricalParam, LoadedStudy, key_to_path
+from tuner.spec import LoadedStudy, key_to_path
+from tuner.spec._checks import candidate_values
 from tuner.spec._paths import format_path, set_path
 from tuner.workloads._builtins import BUILTINS
 from tuner.workloads._entry_points import check_entry_point, parse_entry_point
@@ -52,7 +53,6 @@ def check_study(loaded: LoadedStudy) -> None:
             raise loaded.error(
                 here, f"matches no config field (looked for {format_path(target)})", at_key=True
             )
-        values = list(param.choices) if isinstance(param, CategoricalParam) else [param.low, param.high]
-        for value in values:
+        for value in candidate_values(param):
             options = set_path({"o": spec.workload.options}, ("o", *option_path), value)["o"]
             _check_options(loaded, options, blame=(here, value))
