@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tuner.cli import init_cmd, train_cmd, validate_cmd
+from tuner.cli import init_cmd, run_round_cmd, train_cmd, validate_cmd, worker_cmd
 
 app = typer.Typer(
     name="tuner",
@@ -21,6 +21,8 @@ app = typer.Typer(
 app.command("init")(init_cmd.init)
 app.command("validate")(validate_cmd.validate)
 app.command("train")(train_cmd.train)
+app.command("run-round")(run_round_cmd.run_round)
+app.command("worker")(worker_cmd.worker)
 
 
 def main() -> None:

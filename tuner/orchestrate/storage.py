@@ -76,9 +76,18 @@ def _prepare_sqlite(url: str) -> None:
 def open_storage(
     url: str, *, heartbeat_interval_s: int | None = None, grace_period_s: int | None = None, **callbacks: Any
 ) -> Any:
-    """An ``optuna.storages.RDBStorage`` for ``url``; connection errors become one redacted line."""
+    """An ``optuna.storages.RDBStorage`` for ``url``; connection errors become one redacted line.
+
+    Side effect: Optuna's own log lines ("A new study created…") and its experimental-feature
+    warnings (heartbeats) are silenced: our commands say what happens in their own words.
+    """
+    import warnings
+
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     url = _normalise(url)
     try:
@@ -94,3 +103,24 @@ def open_storage(
     except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
+
+
+def with_retries(call: Any, *args: Any, attempts: int = 6, first_wait_s: float = 0.25, **kwargs: Any) -> Any:
+    """Run a storage call, retrying transient errors (a dropped connection, a failover).
+
+    Optuna reports them as ``StorageInternalError``; waits double from ``first_wait_s``
+    (about 16 s in all by default) before the error is let through.
+    """
+    import time
+
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return call(*args, **kwargs)
+        except (StorageInternalError, OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(first_wait_s * 2**attempt)
+    raise AssertionError("unreachable")

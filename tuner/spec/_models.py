@@ -155,7 +155,9 @@ class RoundSpec(_Model):
     length_fraction: Fraction | None = None
     sampler: Literal["quasi-random", "random", "tpe"] = "quasi-random"
     parallel: PositiveInt | None = None
-    max_failed: NonNegativeInt | None = None  # default: a third of `trials`
+    max_failed: PositiveInt | None = None  # default: a third of `trials`
+    max_retries: NonNegativeInt = 1  # retries of a crashed / killed / timed-out trial
+    trial_timeout_s: PositiveFloat | None = None
     top_k: PositiveInt = 3
     seeds: PositiveInt = 1
 

@@ -91,7 +91,9 @@ def build_evaluator(workload: Workload, spec: StudySpec, device: torch.device) -
 
 
 @contextlib.contextmanager
-def stop_on_signals(trainer: Trainer) -> Iterator[None]:
+def stop_on_signals(
+    trainer: Trainer, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+) -> Iterator[None]:
     """Ctrl-C / SIGTERM (preemption) stop at the next step boundary with a checkpoint.
 
     A second Ctrl-C raises ``KeyboardInterrupt`` at once, for a user who really wants out.
@@ -105,7 +107,7 @@ def stop_on_signals(trainer: Trainer) -> Iterator[None]:
             raise KeyboardInterrupt
         trainer.request_stop(StopReason.INTERRUPTED)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
@@ -123,9 +125,13 @@ def run_training(
     data_seed: int | None = None,
     command: str | None = None,
     progress: bool = True,
+    stop_signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
+    lock_wait_s: float = 0.0,
 ) -> RunResult:
     """Train ``spec`` in ``run_dir``, resuming from its ``latest.pt`` if there is one.
 
+    ``stop_signals`` stop the run cleanly (checkpoint, status ``interrupted``); ``lock_wait_s``
+    is how long to wait for a dying process that still holds the run folder.
     Side effects: writes the run folder (see ``run_folder``); reseeds the global RNGs.
     """
     training = spec.training
@@ -138,10 +144,12 @@ def run_training(
     except ValueError as error:
         raise UsageError(f"training.schedule: {error}") from None
     run_dir = Path(run_dir)
-    with locked_run_dir(run_dir):
+    with locked_run_dir(run_dir, wait_s=lock_wait_s):
         prepare_run_dir(run_dir, spec, command)
         try:
-            return _run(spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress)
+            return _run(
+                spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress, stop_signals
+            )
         except BaseException as error:
             interrupted = isinstance(error, KeyboardInterrupt)
             write_status(
@@ -163,6 +171,7 @@ def _run(
     extra_callbacks: Sequence[Callback],
     data_seed: int | None,
     progress: bool,
+    stop_signals: Sequence[int],
 ) -> RunResult:
     training = spec.training
     device = resolve_device(training.device)
@@ -214,7 +223,7 @@ def _run(
         # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
         trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
     resumed_from = trainer.step
-    with stop_on_signals(trainer):
+    with stop_on_signals(trainer, stop_signals):
         reason = trainer.fit()
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     write_status(

@@ -58,16 +58,23 @@ def phase_dir(output_dir: Path, study_name: str, phase: str) -> Path:
 
 
 @contextlib.contextmanager
-def locked_run_dir(run_dir: Path) -> Iterator[None]:
+def locked_run_dir(run_dir: Path, wait_s: float = 0.0) -> Iterator[None]:
     """Hold ``run_dir/.lock`` for the whole run: two processes must never write one folder.
 
-    The OS drops the lock when the process dies (even by kill -9), so a dead run is resumable.
+    The OS drops the lock when the process dies (even by kill -9), so a dead run is resumable;
+    ``wait_s`` gives a process that is being killed time to go.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     handle = (run_dir / ".lock").open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
         handle.close()
         pid = read_status(run_dir).get("pid", "?")
         raise UsageError(

@@ -1,0 +1,107 @@
+"""Studies on the toy workload, and real ``tuner`` processes to run them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+HERE = Path(__file__).parent
+FAST_HEARTBEAT = {"TUNER_HEARTBEAT_S": "1"}  # stale after 4 s, so kill tests finish quickly
+
+
+def toy_study(
+    folder: Path,
+    *,
+    name: str = "toy",
+    options: dict[str, Any] | None = None,
+    search_space: dict[str, Any] | None = None,
+    round1: dict[str, Any] | None = None,
+    storage: str | None = None,
+    **training: Any,
+) -> Path:
+    """Write ``folder/study.yaml`` on the toy workload (copied next to it) and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "toy_workload.py", folder / "toy_workload.py")
+    study: dict[str, Any] = {
+        "name": name,
+        "seed": 0,
+        "workload": {"name": "toy_workload.py:build", "options": options or {}},
+        "objective": {"metric": "val/error_rate", "direction": "minimize"},
+        "training": {
+            "batch_size": 16,
+            "eval_batch_size": 32,
+            "max_train_steps": 40,
+            "eval_every": 10,
+            "log_every": 10,
+            "keep_best_checkpoints": 1,
+            "prediction_samples": 2,
+            "tensorboard": False,
+            "device": "cpu",
+            "optimizer": {"name": "sgd", "lr": 0.1},
+            "schedule": [{"shape": "constant"}],
+            **training,
+        },
+        "search_space": search_space
+        or {"optimizer.lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}},
+        "rounds": {"round1": {"trials": 4, "steps": 40, **(round1 or {})}},
+    }
+    if storage:
+        study["storage"] = storage
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def tuner_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **FAST_HEARTBEAT, **extra}
+    env.pop("TUNER_STORAGE", None)
+    env.pop("TUNER_OUTPUT_DIR", None)
+    return env
+
+
+def run_tuner(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``tuner ARGS`` as a real process (workers and trials are real processes too)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        env=env or tuner_env(),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuner", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env or tuner_env(),
+        **popen,
+    )
+
+
+def load_phase(storage_url: str, study: str, phase: str = "round-1") -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=f"{study}/{phase}", storage=storage_url)
+
+
+def sqlite_url(output_dir: Path, study: str = "toy") -> str:
+    return f"sqlite:///{(output_dir / study / 'study.db').resolve()}"
+
+
+@pytest.fixture
+def output_dir(tmp_path: Path) -> Path:
+    return tmp_path / "runs"

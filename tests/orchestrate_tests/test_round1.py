@@ -1,0 +1,124 @@
+"""``tuner run-round --round 1`` end to end on SQLite: budgets, records, failures, retries."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study
+
+
+def test_a_round_runs_its_budget_and_each_trial_describes_itself(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path, round1={"trials": 5})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    phase = load_phase(sqlite_url(output_dir), "toy")
+    trials = phase.trials
+    assert [t.number for t in trials] == [0, 1, 2, 3, 4]
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    lrs = [t.params["optimizer.lr"] for t in trials]
+    assert len(set(lrs)) == 5 and all(0.01 <= lr <= 1.0 for lr in lrs)
+    for trial in trials:
+        attrs = trial.user_attrs
+        run_dir = Path(attrs["run_dir"])
+        assert run_dir == output_dir.resolve() / "toy" / "round-1" / f"trial-{trial.number:04d}"
+        assert (run_dir / "metrics.csv").exists() and (run_dir / "checkpoints" / "latest.pt").exists()
+        assert sorted(trial.intermediate_values) == [10, 20, 30, 40]
+        assert trial.value == min(trial.intermediate_values.values())
+        assert trial.intermediate_values[attrs["best_step"]] == trial.value
+        assert attrs["max_train_steps"] == 40
+        assert attrs["reproduce"].startswith(f"tuner train {study} --set optimizer.lr=")
+        assert "--set max_train_steps=40" in attrs["reproduce"]
+        assert "git_commit" in attrs and "git_dirty" in attrs
+    assert "best trial" in done.stdout and "reproduce" in done.stdout
+
+    again = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir)
+    )
+    assert again.returncode == 0, again.stderr
+    assert len(load_phase(sqlite_url(output_dir), "toy").trials) == 5  # nothing left to do, nothing added
+    assert "5/5 done" in again.stdout
+
+
+def test_a_larger_budget_adds_trials_and_a_smaller_one_is_refused(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path, round1={"trials": 2})
+    common = ("--round", "1", "--workers", "1", "--output-dir", str(output_dir))
+    assert run_tuner("run-round", str(study), *common).returncode == 0
+    assert run_tuner("run-round", str(study), *common, "--trials", "3").returncode == 0
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert [t.number for t in trials] == [0, 1, 2] and {t.state.name for t in trials} == {"COMPLETE"}
+    smaller = run_tuner("run-round", str(study), *common, "--trials", "1")
+    assert smaller.returncode == 2
+    assert "already has 3 trials" in smaller.stderr and "Traceback" not in smaller.stderr
+
+
+def test_a_phase_where_every_trial_raises_stops_at_exactly_max_failed(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options={"fail": "raise"}, round1={"trials": 9})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "2", "--max-failed", "3",
+        "--output-dir", str(output_dir),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failure budget is spent: 3 trials failed (3 crashed), limit 3" in done.stderr
+    assert "Traceback" not in done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    final = [t for t in trials if t.state.name == "FAIL" and not t.user_attrs["retried"]]
+    assert len(final) == 3
+    assert not [t for t in trials if t.state.name == "RUNNING"]
+    # the default single retry happened for each failed slot, and it failed the same way
+    retried = [t for t in trials if t.state.name == "FAIL" and t.user_attrs["retried"]]
+    assert sorted(t.number for t in retried) == sorted(t.user_attrs["retry_of"] for t in final)
+    for trial in final:
+        assert trial.user_attrs["failure_reason"] == "crashed"
+        assert trial.user_attrs["error"] == "ValueError: toy workload asked to fail"
+        assert (
+            "ValueError: toy workload asked to fail"
+            in (Path(trial.user_attrs["run_dir"]) / "error.log").read_text()
+        )
+
+
+def test_nan_trials_are_recorded_as_diverged_and_never_chosen_as_best(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    space = {"workload.diverge": {"type": "categorical", "choices": [True, False]}}
+    study = toy_study(
+        tmp_path, options={"diverge": False}, search_space=space, round1={"trials": 6, "max_failed": 6}
+    )
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    phase = load_phase(sqlite_url(output_dir), "toy")
+    diverged = [t for t in phase.trials if t.params["workload.diverge"]]
+    healthy = [t for t in phase.trials if not t.params["workload.diverge"]]
+    assert diverged and healthy and len(phase.trials) == 6  # diverged trials are not retried
+    for trial in diverged:
+        assert trial.state.name == "FAIL" and trial.user_attrs["failure_reason"] == "diverged"
+        assert not trial.user_attrs["retried"]
+    assert phase.best_trial.number in {t.number for t in healthy}
+    assert math.isfinite(phase.best_value)
+    assert "diverged" in done.stdout
+
+
+def test_a_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(
+        tmp_path,
+        options={"fail": "crash_once", "fail_at_step": 25, "marker_dir": str(tmp_path)},
+        round1={"trials": 1},
+    )
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, retry = load_phase(sqlite_url(output_dir), "toy").trials
+    assert first.state.name == "FAIL" and first.user_attrs["failure_reason"] == "crashed"
+    assert first.user_attrs["retried"] and first.user_attrs["last_checkpoint_step"] == 20
+    assert retry.state.name == "COMPLETE" and retry.user_attrs["retry_of"] == 0
+    assert retry.user_attrs["resumed_from_step"] == 20  # steps 1-20 were not trained again
+    assert retry.user_attrs["run_dir"] == first.user_attrs["run_dir"]
+    assert retry.params == first.params
+    assert sorted(retry.intermediate_values) == [30, 40]

@@ -1,0 +1,74 @@
+"""A tiny workload whose failures are chosen by its options (orchestration tests only).
+
+Options: ``step_sleep_s`` (slow steps, to kill trials mid-run), ``fail`` (``raise``,
+``raise_at_step``, ``segfault``, ``hang``, ``oom``, ``nan``, ``crash_once``), ``fail_at_step``,
+``marker_dir`` (where ``crash_once`` remembers it already crashed), ``diverge`` (NaN loss when true).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import TensorDataset
+
+from tuner.workloads import Workload, WorkloadContext
+
+
+class _Toy(torch.nn.Module):
+    def __init__(self, sleep_s: float) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.sleep_s = sleep_s
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.sleep_s and self.training:
+            time.sleep(self.sleep_s)
+        return self.linear(inputs)
+
+
+def build(ctx: WorkloadContext) -> Workload:
+    options = ctx.options
+    fail = options.get("fail", "")
+    if fail == "raise":
+        raise ValueError("toy workload asked to fail")
+    generator = torch.Generator().manual_seed(ctx.seed)
+    inputs = torch.randn(96, 4, generator=generator)
+    targets = (inputs[:, 0] + inputs[:, 1] > 0).long()
+    calls = {"n": 0}
+    fail_at = int(options.get("fail_at_step", 1))
+    marker = Path(options.get("marker_dir", ".")) / f"crashed-{os.getpid()}"
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        losses = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+        if not torch.is_grad_enabled():  # evaluation
+            return losses
+        calls["n"] += 1
+        if options.get("diverge") or (fail == "nan" and calls["n"] >= fail_at):
+            return losses * float("nan")
+        if calls["n"] == fail_at:
+            if fail == "raise_at_step":
+                raise RuntimeError(f"toy workload fails at step {fail_at}")
+            if fail == "segfault":
+                ctypes.string_at(0)
+            if fail == "hang":
+                time.sleep(3600)
+            if fail == "oom":
+                raise MemoryError("toy workload out of memory")
+            if fail == "crash_once":
+                done = list(Path(options["marker_dir"]).glob("crashed-*"))
+                if not done:
+                    marker.touch()
+                    raise RuntimeError("toy workload crashes once")
+        return losses
+
+    return Workload(
+        model=_Toy(float(options.get("step_sleep_s", 0.0))),
+        train_data=TensorDataset(inputs[:64], targets[:64]),
+        eval_data=TensorDataset(inputs[64:], targets[64:]),
+        num_classes=2,
+        loss_fn=loss_fn,
+    )

@@ -1,0 +1,90 @@
+"""``tuner worker PATH --phase round-1``: join a running phase from this process or machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import typer
+
+from tuner.cli._console import err, out
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
+from tuner.errors import UsageError
+from tuner.spec import load_study
+from tuner.workloads import check_study
+
+
+@guarded
+def worker(
+    path: Path = typer.Argument(..., help="The study file (the same one that started the phase)."),
+    phase: str = typer.Option(..., "--phase", help="The phase to serve, e.g. round-1."),
+    set_: list[str] = typer.Option([], "--set", help="The same overrides the phase was started with."),
+    output_dir: Path = typer.Option(
+        Path("runs"), "--output-dir", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or the local SQLite file).",
+    ),
+    device: str | None = typer.Option(
+        None, "--device", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
+    ),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads per trial."),
+    label: str | None = typer.Option(None, "--label", help="Name shown in progress (default host:pid)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No line per finished trial."),
+) -> None:
+    """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
+    from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
+    from tuner.orchestrate.trial_process import die_with_parent
+
+    if os.environ.get(DIE_WITH_PARENT_ENV):
+        die_with_parent(signal.SIGTERM)  # started by run-round: stop cleanly when it goes
+    if device is not None:
+        if not device.isdigit():
+            raise UsageError(f"--device expects a GPU id like 0, got {device!r}")
+        os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
+    loaded = load_study(path, set_)
+    check_study(loaded)
+    import torch  # noqa: F401  -- imported once here, so every forked trial starts warm
+
+    from tuner.cli._phase_view import trial_line
+    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
+    from tuner.orchestrate.phase import open_phase
+    from tuner.orchestrate.storage import open_storage
+    from tuner.playbook import phase_plan
+    from tuner.playbook.phases import CONFIG_HASH_ATTR, training_config_hash
+    from tuner.train.run_folder import phase_dir
+
+    spec = loaded.spec
+    plan = phase_plan(loaded, phase, output_dir)
+    url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+    started_with = open_phase(open_storage(url), spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
+    if started_with not in (None, training_config_hash(spec)):
+        raise UsageError(
+            f"{path} does not match the study file that started {spec.name}/{phase} "
+            "(workload, training, objective or search space differ): use the same file and --set values"
+        )
+    result = run_worker(
+        WorkerOptions(
+            storage_url=url,
+            study=spec.name,
+            phase=phase,
+            phase_dir=phase_dir(output_dir, spec.name, phase),
+            search_space=spec.search_space,
+            make_job=plan.make_job,
+            code_dir=loaded.base_dir,
+            threads=threads,
+            label=label or "",
+            sampler=plan.sampler(),
+            on_trial_end=None if quiet else lambda trial: out.print(trial_line(trial, spec.objective.metric)),
+        )
+    )
+    detail = f": {result.message}" if result.message else ""
+    out.print(f"worker: {result.trials_run} trials run; {result.outcome}{detail}")
+    if result.outcome == "failed":
+        err.print(f"[red]stopped:[/] {result.message}")
+        raise typer.Exit(EXIT_FAILED)
+    if result.outcome == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)

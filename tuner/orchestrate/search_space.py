@@ -1,0 +1,91 @@
+"""The study's search space as Optuna distributions, and quasi-random points in it.
+
+Round 1 is quasi-random by default (the playbook's choice for exploration): the points of a
+scrambled Halton sequence are computed up front, one per slot, so they cover the space evenly
+from the very first trials, whatever the number of workers, and re-running with a larger budget
+continues the same sequence. Optuna's own QMC sampler only learns the space from the first
+finished trial, so its first parallel trials would be plain random.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.spec import CategoricalParam, FloatParam, IntParam
+
+Param = FloatParam | IntParam | CategoricalParam
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _choice_to_optuna(choice: Any) -> Any:
+    """Optuna stores plain choices only; lists and mappings travel as JSON text."""
+    return choice if isinstance(choice, _PLAIN) else json.dumps(choice, sort_keys=True)
+
+
+def _choice_from_optuna(param: CategoricalParam, stored: Any) -> Any:
+    for choice in param.choices:
+        if _choice_to_optuna(choice) == stored:
+            return choice
+    return stored
+
+
+def distributions(space: Mapping[str, Param]) -> dict[str, Any]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    result: dict[str, Any] = {}
+    for key, param in space.items():
+        if isinstance(param, FloatParam):
+            result[key] = FloatDistribution(param.low, param.high, log=param.log)
+        elif isinstance(param, IntParam):
+            result[key] = IntDistribution(param.low, param.high, log=param.log, step=param.step)
+        else:
+            result[key] = CategoricalDistribution([_choice_to_optuna(c) for c in param.choices])
+    return result
+
+
+def to_config_values(space: Mapping[str, Param], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Optuna's params -> the values to set in the study (JSON choices decoded)."""
+    return {
+        key: _choice_from_optuna(space[key], value) if isinstance(space.get(key), CategoricalParam) else value
+        for key, value in params.items()
+    }
+
+
+def _from_unit(param: Param, u: float) -> Any:
+    """Map ``u`` in [0, 1) onto the parameter (log-uniform for ``log: true``)."""
+    if isinstance(param, CategoricalParam):
+        return _choice_to_optuna(param.choices[min(int(u * len(param.choices)), len(param.choices) - 1)])
+    if param.log:
+        value = math.exp(math.log(param.low) + u * (math.log(param.high) - math.log(param.low)))
+    else:
+        value = param.low + u * (param.high - param.low)
+    if isinstance(param, IntParam):
+        if param.log:
+            return int(min(param.high, max(param.low, round(value))))
+        steps = (param.high - param.low) // param.step
+        return int(param.low + min(steps, int(u * (steps + 1))) * param.step)
+    return float(min(param.high, max(param.low, value)))
+
+
+def quasi_random_point(space: Mapping[str, Param], index: int, seed: int) -> dict[str, Any]:
+    """Point ``index`` of a scrambled Halton sequence over ``space`` (deterministic per seed)."""
+    if not space:
+        return {}
+    from scipy.stats import qmc
+
+    sampler = qmc.Halton(d=len(space), scramble=True, seed=seed)
+    if index:
+        sampler.fast_forward(index)
+    unit = sampler.random(1)[0]
+    return {key: _from_unit(param, float(u)) for (key, param), u in zip(space.items(), unit, strict=True)}
+
+
+def random_point(space: Mapping[str, Param], index: int, seed: int) -> dict[str, Any]:
+    """Point ``index`` of a seeded uniform (log-uniform) random sequence over ``space``."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, index])
+    return {key: _from_unit(param, float(rng.random())) for key, param in space.items()}

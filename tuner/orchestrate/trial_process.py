@@ -1,0 +1,139 @@
+"""The child process that trains one trial, isolated from its worker.
+
+A crash, a segfault, an out-of-memory kill or a hang ends this process, never the worker or the
+study; device memory goes back to the driver when it exits, so nothing grows across trials. It
+is forked from the worker, which has torch imported but has never run a torch op (so no thread
+pool is copied half-alive) and never touches the storage from here: the child only talks to its
+worker through a pipe, and the worker does every storage write.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.spec import StudySpec
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a child needs to train one trial."""
+
+    spec: StudySpec
+    base_dir: Path
+    run_dir: Path
+    command: str
+    data_seed: int | None = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: deliver ``sig`` to this process when its parent dies (no orphan keeps training)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still stops the child at its next report
+        pass
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    if isinstance(error, MemoryError):
+        return True
+    oom_type = getattr(__import__("torch").cuda, "OutOfMemoryError", None)
+    return (oom_type is not None and isinstance(error, oom_type)) or "out of memory" in str(error).lower()
+
+
+def _reporter(connection: Any, metric: str) -> Any:
+    from tuner.train import Callback
+
+    class PipeReporter(Callback):
+        """Tells the worker what the loop did; the worker turns it into storage writes."""
+
+        order = 20  # after the objective tracker (0) and the checkpoint writer (10)
+
+        def __init__(self) -> None:
+            self.healthy = False
+
+        def on_fit_start(self, loop: Any) -> None:
+            connection.send(("started", loop.step))
+
+        def on_train_step_end(self, loop: Any) -> None:
+            if not self.healthy:
+                self.healthy = True
+                connection.send(("healthy", loop.step))
+
+        def on_eval_end(self, loop: Any) -> None:
+            value = loop.last_eval.get(metric)
+            if value is not None:
+                connection.send(("eval", loop.step, float(value)))
+
+        def on_checkpoint(self, loop: Any) -> None:
+            connection.send(("checkpoint", loop.step))
+
+    return PipeReporter()
+
+
+def _redirect_output(run_dir: Path) -> None:
+    """stdout and stderr (Python's and C's) go to ``run_dir/trial.log``: a crash leaves its words."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = os.open(run_dir / "trial.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
+def trial_main(connection: Any, job: TrialJob, threads: int | None) -> None:
+    """Entry point of the forked child: train, report, send the result, exit."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches us through the worker, as SIGTERM
+    _redirect_output(job.run_dir)
+    import torch
+
+    from tuner.train import run_training
+
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.perf_counter()
+    try:
+        result = run_training(
+            job.spec,
+            job.run_dir,
+            base_dir=job.base_dir,
+            extra_callbacks=[_reporter(connection, job.spec.objective.metric)],
+            data_seed=job.data_seed,
+            command=job.command,
+            progress=False,
+            stop_signals=(signal.SIGTERM,),
+            lock_wait_s=60.0,
+        )
+    except BaseException as error:
+        reason = "oom" if is_out_of_memory(error) else "crashed"
+        summary = f"{type(error).__name__}: {error}".strip().splitlines()[0][:500]
+        connection.send(("error", reason, summary))
+        sys.stderr.flush()
+        os._exit(1)
+    best = result.best_value
+    connection.send(
+        (
+            "done",
+            {
+                "status": result.status,
+                "message": result.message,
+                "step": result.step,
+                "best_value": best if best is None or math.isfinite(best) else None,
+                "best_step": result.best_step,
+                "resumed_from_step": result.resumed_from_step,
+                "train_s": time.perf_counter() - started,
+            },
+        )
+    )

@@ -1,0 +1,326 @@
+"""A worker: claims trials of one phase, trains each in a child process, records the outcome.
+
+Any number of workers, on any number of machines, can serve one phase: everything they share
+goes through the storage (claims under the phase lock, heartbeats, results), nothing through
+their memory. The worker itself never trains: it forks a child per trial, feeds the storage
+with what the child reports, beats the trial's heartbeat, enforces the timeout, and turns any
+way the child can die into a recorded failure (and, when allowed, a retry that resumes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner._atomic import atomic_write_json
+from tuner.orchestrate._process import SignalFlag, resident_memory_mb
+from tuner.orchestrate.budget import Decision, count_trials, decide
+from tuner.orchestrate.code_version import code_version
+from tuner.orchestrate.failures import (
+    describe_exit,
+    fail_stale_trials,
+    fail_trial,
+    latest_checkpoint_step,
+    save_error_log,
+)
+from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate.phase import PhaseSettings, open_phase
+from tuner.orchestrate.search_space import Param, distributions, to_config_values
+from tuner.orchestrate.storage import open_storage, with_retries
+from tuner.orchestrate.trial_process import TrialJob, trial_main
+
+HEARTBEAT_ENV = "TUNER_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 5
+GRACE_HEARTBEATS = 4  # a trial is stale after this many missed heartbeats
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """(interval, grace) in seconds; ``$TUNER_HEARTBEAT_S`` shortens both (tests, impatient users)."""
+    interval = max(1, int(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
+    return interval, interval * GRACE_HEARTBEATS
+
+
+@dataclass
+class WorkerOptions:
+    storage_url: str
+    study: str
+    phase: str
+    phase_dir: Path
+    search_space: Mapping[str, Param]
+    make_job: Callable[[dict[str, Any], Path], TrialJob]  # config values, run folder -> job
+    code_dir: Path = field(default_factory=Path.cwd)
+    threads: int | None = None
+    label: str = ""
+    poll_s: float = 0.5
+    sampler: Any = None
+    on_trial_end: Callable[[Any], None] | None = None  # gets the finished FrozenTrial
+
+
+@dataclass
+class WorkerResult:
+    outcome: str  # done | failed | interrupted
+    message: str = ""
+    trials_run: int = 0
+
+
+class _Abandoned(Exception):
+    """Our trial was finished by someone else (declared stale while we were stalled)."""
+
+
+def _suggest(trial: Any, name: str, distribution: Any) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    if isinstance(distribution, FloatDistribution):
+        return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    return trial.suggest_int(
+        name, distribution.low, distribution.high, log=distribution.log, step=distribution.step
+    )
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.heartbeat_s, grace_s = heartbeat_settings()
+        self.storage = open_storage(
+            options.storage_url, heartbeat_interval_s=self.heartbeat_s, grace_period_s=grace_s
+        )
+        self.study = open_phase(self.storage, options.study, options.phase, sampler=options.sampler)
+        self.direction = self.study.direction.name.lower()
+        self.distributions = distributions(options.search_space)
+        self.label = options.label or f"{socket.gethostname()}:{os.getpid()}"
+        self.version = code_version(options.code_dir)
+        self.status_file = options.phase_dir / ".workers" / f"{self.label.replace('/', '_')}.json"
+        self.signals = SignalFlag()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> WorkerResult:
+        """Serve the phase until its budget is met, its failure budget is spent, or a signal."""
+        trials_run = 0
+        with self.signals:
+            while not self.signals.count:
+                settings = PhaseSettings.from_attrs(with_retries(lambda: self.study.user_attrs))
+                with_retries(fail_stale_trials, self.study, settings)
+                claimed, decision = with_retries(self._claim, settings)
+                if claimed is None:
+                    if decision.action in ("done", "failed"):
+                        self._write_status("finished", decision.reason)
+                        return WorkerResult(decision.action, decision.reason, trials_run)
+                    self._write_status("waiting", decision.reason)
+                    self.signals.sleep(self.options.poll_s)
+                    continue
+                self._run_trial(claimed, settings)
+                trials_run += 1
+                if self.options.on_trial_end is not None:
+                    self.options.on_trial_end(with_retries(self.storage.get_trial, claimed._trial_id))
+        self._write_status("stopped", "interrupted")
+        return WorkerResult("interrupted", "stopped by a signal", trials_run)
+
+    def _claim(self, settings: PhaseSettings) -> tuple[Any, Decision]:
+        """Under the phase lock: check the budgets, then move one WAITING trial to RUNNING.
+
+        Retries go first (they finish slots already started). The heartbeat is recorded before
+        the claim, so even a worker killed right after claiming leaves a trial that goes stale.
+        """
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        with phase_lock(self.storage, self.study.study_name):
+            trials = self.study.get_trials(deepcopy=False)
+            decision = decide(count_trials(trials, self.direction), settings)
+            if decision.action != "start":
+                return None, decision
+            waiting = sorted(
+                (t for t in trials if t.state == TrialState.WAITING),
+                key=lambda t: (not t.user_attrs.get("attempt"), t.number),
+            )
+            for trial in waiting:
+                self.storage.record_heartbeat(trial._trial_id)
+                try:
+                    if self.storage.set_trial_state_values(trial._trial_id, state=TrialState.RUNNING):
+                        return trial, decision
+                except UpdateFinishedTrialError:
+                    continue
+        return None, Decision("wait", "another worker took the last waiting trial")
+
+    # -- one trial --------------------------------------------------------------------------
+    def _run_trial(self, claimed: Any, settings: PhaseSettings) -> None:
+        import optuna
+
+        trial = optuna.trial.Trial(self.study, claimed._trial_id)
+        slot = int(claimed.user_attrs.get("slot", claimed.number))
+        attempt = int(claimed.user_attrs.get("attempt", 0))
+        name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
+        run_dir = Path(claimed.user_attrs.get("resume_dir") or self.options.phase_dir / name)
+        try:
+            params = {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
+            job = self.options.make_job(to_config_values(self.options.search_space, params), run_dir)
+            for key, value in {
+                "run_dir": str(run_dir),
+                "worker": self.label,
+                "max_train_steps": job.spec.training.max_train_steps,
+                "reproduce": job.command,
+                **self.version,
+            }.items():
+                with_retries(trial.set_user_attr, key, value)
+        except Exception as error:  # a bad point of the space, or a storage failure: the trial's fault
+            message = f"{type(error).__name__}: {error}".splitlines()[0]
+            save_error_log(run_dir, message)
+            with_retries(fail_trial, self.study, claimed, "crashed", message, settings)
+            return
+        self._write_status("training", f"trial {claimed.number}", trial=claimed.number)
+        try:
+            outcome = self._supervise(trial, job, settings)
+        except _Abandoned:
+            return
+        self._record(trial, claimed, outcome, run_dir, settings)
+
+    def _supervise(self, trial: Any, job: TrialJob, settings: PhaseSettings) -> dict[str, Any]:
+        """Fork the child and pump its messages until it ends; returns how it ended."""
+        context = multiprocessing.get_context("fork")
+        reader, writer = context.Pipe(duplex=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = context.Process(target=trial_main, args=(writer, job, self.options.threads), daemon=True)
+        child.start()
+        writer.close()
+        started = time.monotonic()
+        next_heartbeat = started + self.heartbeat_s
+        deadline = started + settings.trial_timeout_s if settings.trial_timeout_s else math.inf
+        signals_seen = 0
+        outcome: dict[str, Any] | None = None
+        try:
+            while outcome is None:
+                now = time.monotonic()
+                wait = max(0.0, min(next_heartbeat, deadline, now + 0.25) - now)
+                if reader.poll(wait):
+                    try:
+                        message = reader.recv()
+                    except (EOFError, OSError):
+                        break  # the child is gone; its exit code says how
+                    outcome = self._handle(trial, message)
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    with_retries(self.storage.record_heartbeat, trial._trial_id)
+                    next_heartbeat = now + self.heartbeat_s
+                if now >= deadline:
+                    child.kill()
+                    outcome = {"kind": "timeout"}
+                if self.signals.count > signals_seen:
+                    signals_seen = self.signals.count
+                    if child.pid is not None and child.is_alive():
+                        # first signal: a clean stop with a checkpoint; second: now
+                        os.kill(child.pid, signal.SIGTERM if signals_seen == 1 else signal.SIGKILL)
+        except _Abandoned:
+            child.kill()
+            child.join()
+            raise
+        finally:
+            reader.close()
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        if outcome is None:
+            outcome = {"kind": "exit", "exitcode": child.exitcode, "signals": signals_seen}
+        return outcome
+
+    def _handle(self, trial: Any, message: tuple[Any, ...]) -> dict[str, Any] | None:
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        kind = message[0]
+        try:
+            if kind == "started":
+                with_retries(trial.set_user_attr, "resumed_from_step", int(message[1]))
+            elif kind == "healthy":
+                with_retries(trial.set_user_attr, "healthy", True)
+            elif kind == "eval":
+                with_retries(trial.report, message[2], int(message[1]))
+                self._write_status("training", f"step {message[1]}", trial=trial.number, step=message[1])
+            elif kind == "checkpoint":
+                with_retries(trial.set_user_attr, "last_checkpoint_step", int(message[1]))
+            elif kind == "done":
+                return {"kind": "done", **message[1]}
+            elif kind == "error":
+                return {"kind": "error", "reason": message[1], "message": message[2]}
+        except UpdateFinishedTrialError:
+            raise _Abandoned from None
+        return None
+
+    def _record(
+        self, trial: Any, claimed: Any, outcome: dict[str, Any], run_dir: Path, settings: PhaseSettings
+    ) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        extra: dict[str, Any] = {
+            "worker_rss_mb": resident_memory_mb(),
+            "last_checkpoint_step": latest_checkpoint_step(run_dir),
+        }
+        kind = outcome["kind"]
+        if kind == "done":
+            extra.update(
+                final_step=outcome["step"],
+                train_s=round(outcome["train_s"], 4),
+                best_step=outcome["best_step"],
+                best_value=outcome["best_value"],
+            )
+            status = outcome["status"]
+            if status == "completed" and outcome["best_value"] is not None:
+                try:
+                    for key, value in extra.items():
+                        with_retries(trial.set_user_attr, key, value)
+                    with_retries(self.study.tell, trial, outcome["best_value"])
+                except UpdateFinishedTrialError:
+                    pass
+                return
+            if status == "stopped":
+                with_retries(self.study.tell, trial, state=TrialState.PRUNED)
+                return
+            reason = status if status in ("diverged", "interrupted") else "crashed"
+            message = outcome["message"] or (
+                "training finished without an objective value" if status == "completed" else status
+            )
+        elif kind == "error":
+            reason, message = outcome["reason"], outcome["message"]
+        elif kind == "timeout":
+            reason, message = "timeout", f"no result within the {settings.trial_timeout_s:g} s trial timeout"
+        else:
+            reason, message = describe_exit(outcome["exitcode"])
+            if outcome.get("signals"):
+                reason, message = "interrupted", "stopped by a signal before it could checkpoint"
+        if reason not in ("diverged", "interrupted"):
+            save_error_log(run_dir, message)
+        with_retries(fail_trial, self.study, claimed, reason, message, settings, **extra)
+
+    def _write_status(self, state: str, detail: str, **fields: Any) -> None:
+        """``<phase>/.workers/<label>.json``: what this worker does, for the live display."""
+        with contextlib.suppress(OSError):
+            atomic_write_json(
+                self.status_file,
+                {
+                    "label": self.label,
+                    "pid": os.getpid(),
+                    "state": state,
+                    "detail": detail,
+                    "updated_at": time.time(),
+                    **fields,
+                },
+                durable=False,
+            )
+
+
+def run_worker(options: WorkerOptions) -> WorkerResult:
+    """Serve one phase from this process (see ``Worker``)."""
+    return Worker(options).run()

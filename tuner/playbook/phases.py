@@ -1,0 +1,121 @@
+"""What each phase trains: the trials' configs, their length, their points, their budgets.
+
+``run-round`` (which starts a phase) and ``worker`` (which joins one, maybe on another machine)
+build the same plan from the same study file, so a trial is the same whoever runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import UsageError
+from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
+from tuner.spec import LoadedStudy, RoundSpec, StudySpec
+
+ROUND_PHASES = {1: "round-1"}
+CONFIG_HASH_ATTR = "tuner:config_hash"
+
+
+@dataclass
+class PhasePlan:
+    phase: str
+    round_spec: RoundSpec
+    trial_steps: int
+    params_for_slot: Callable[[int], dict[str, Any]]
+    make_job: Callable[[dict[str, Any], Path], TrialJob]
+    sampler_name: str
+
+    def settings(self, **overrides: Any) -> PhaseSettings:
+        """The budgets: the study's ``rounds`` entry, with command-line overrides on top."""
+        chosen = {
+            "max_trials": self.round_spec.trials,
+            "max_failed": self.round_spec.max_failed,
+            "max_parallel": self.round_spec.parallel,
+            "max_retries": self.round_spec.max_retries,
+            "trial_timeout_s": self.round_spec.trial_timeout_s,
+        }
+        chosen.update({key: value for key, value in overrides.items() if value is not None})
+        max_trials = chosen.pop("max_trials")
+        return PhaseSettings.build(max_trials, **chosen)
+
+    def sampler(self) -> Any:
+        """Optuna's sampler, only for ``tpe`` (quasi-random and random points are precomputed)."""
+        if self.sampler_name != "tpe":
+            return None
+        import optuna
+
+        return optuna.samplers.TPESampler(seed=None)
+
+
+def training_config_hash(spec: StudySpec) -> str:
+    """What defines a trial's training; a worker with a different study file must not join."""
+    relevant = spec.model_dump(
+        mode="json", include={"seed", "workload", "objective", "training", "search_space"}
+    )
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _format_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def reproduce_command(study_path: Path, values: dict[str, Any], steps: int, output_dir: Path) -> str:
+    """``tuner train`` with the trial's values: the same config as a one-off run."""
+    words = ["tuner", "train", str(study_path)]
+    for key, value in values.items():
+        words += ["--set", f"{key}={_format_value(value)}"]
+    words += ["--set", f"max_train_steps={steps}", "--output-dir", str(output_dir)]
+    return shlex.join(words)
+
+
+def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int) -> int:
+    """A round's trial length: ``steps``, else ``length_fraction`` of ``max_train_steps``."""
+    if round_spec.steps is not None:
+        return round_spec.steps
+    production = spec.training.max_train_steps
+    if production is None:
+        raise UsageError(
+            f"rounds.round{round_number}: set steps, or set training.max_train_steps "
+            "(tuner sweep-lr finds it) so the trial length can be a fraction of it"
+        )
+    fraction = round_spec.length_fraction if round_spec.length_fraction is not None else 1.0
+    return max(1, math.ceil(production * fraction))
+
+
+def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
+    """The plan of ``phase`` (``round-1``) for the study in ``loaded``."""
+    spec = loaded.spec
+    if phase != "round-1":
+        known = ", ".join(ROUND_PHASES.values())
+        raise UsageError(f"unknown phase {phase!r}; phases that run trials: {known}")
+    round_spec = spec.rounds.round1
+    steps = round_steps(spec, round_spec, 1)
+    space = spec.search_space
+    if not space:
+        raise UsageError("search_space is empty: round 1 needs at least one hyperparameter to search")
+    seed = spec.seed
+
+    def params_for_slot(slot: int) -> dict[str, Any]:
+        if round_spec.sampler == "quasi-random":
+            return quasi_random_point(space, slot, seed)
+        if round_spec.sampler == "random":
+            return random_point(space, slot, seed)
+        return {}  # tpe: Optuna's sampler chooses when the trial starts
+
+    def make_job(values: dict[str, Any], run_dir: Path) -> TrialJob:
+        trial_spec = loaded.with_values({**values, "max_train_steps": steps})
+        return TrialJob(
+            spec=trial_spec,
+            base_dir=loaded.base_dir,
+            run_dir=run_dir,
+            command=reproduce_command(loaded.path, values, steps, output_dir),
+        )
+
+    return PhasePlan(phase, round_spec, steps, params_for_slot, make_job, round_spec.sampler)
