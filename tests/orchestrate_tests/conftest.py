@@ -60,10 +60,10 @@ def toy_study(
 
 
 def tuner_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, **FAST_HEARTBEAT, **extra}
+    env = {**os.environ, **FAST_HEARTBEAT}
     env.pop("TUNER_STORAGE", None)
     env.pop("TUNER_OUTPUT_DIR", None)
-    return env
+    return {**env, **extra}
 
 
 def run_tuner(

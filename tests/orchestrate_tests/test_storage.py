@@ -57,3 +57,22 @@ def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> Non
     again = optuna.load_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))
     assert [t.number for t in again.trials] == [0, 1, 2, 3]
     optuna.delete_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))
+
+
+def test_processes_opening_a_new_sqlite_storage_at_once_all_succeed(tmp_path: Path) -> None:
+    """Regression: without a lock, simultaneous first opens raced to create the tables."""
+    import subprocess
+    import sys
+
+    url = default_storage_url(tmp_path, "race")
+    script = (
+        "import sys, optuna; from tuner.orchestrate import open_storage; "
+        "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)"
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, url], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr

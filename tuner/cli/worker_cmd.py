@@ -47,18 +47,18 @@ def worker(
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
     loaded = load_study(path, set_)
     check_study(loaded)
-    import torch  # noqa: F401  -- imported once here, so every forked trial starts warm
-
     from tuner.cli._phase_view import trial_line
     from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
     from tuner.orchestrate.phase import open_phase
     from tuner.orchestrate.storage import open_storage
+    from tuner.orchestrate.trial_process import warm_up
     from tuner.playbook import phase_plan
     from tuner.playbook.phases import CONFIG_HASH_ATTR, training_config_hash
     from tuner.train.run_folder import phase_dir
 
     spec = loaded.spec
     plan = phase_plan(loaded, phase, output_dir)
+    warm_up(spec, loaded.base_dir)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
     started_with = open_phase(open_storage(url), spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):

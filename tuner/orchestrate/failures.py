@@ -5,7 +5,7 @@ Reasons: ``crashed`` (an exception or a fatal signal), ``diverged`` (NaN/inf los
 ``oom`` (out of memory), and ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always
 continued). A retry is a new trial for the same slot with the same parameters and run folder,
 so it resumes from the last checkpoint. ``diverged`` is never retried (it would diverge again);
-a retry that dies of the very same error is not retried again; other reasons get at most
+a retry that raises the very same exception is not retried again; other reasons get at most
 ``max_retries`` retries. Interruptions do not count against ``max_retries``.
 """
 
@@ -72,8 +72,8 @@ def _retry_allowed(trial: Any, reason: str, error: str, settings: PhaseSettings)
         return False
     if reason == "interrupted":
         return True
-    if trial.user_attrs.get("previous_error") == error:  # the same exception twice: deterministic
-        return False
+    if reason in ("crashed", "oom") and trial.user_attrs.get("previous_error") == error:
+        return False  # the same exception twice: deterministic, another retry would only repeat it
     return int(trial.user_attrs.get("retries_used", 0)) < settings.max_retries
 
 
@@ -137,9 +137,10 @@ def fail_stale_trials(study: Any, settings: PhaseSettings) -> list[int]:
         trial = storage.get_trial(trial_id)
         run_dir = trial.user_attrs.get("run_dir")
         message = "its worker stopped sending heartbeats (the process was killed, or its machine was lost)"
-        fail_trial(
-            study, trial, "killed", message, settings, last_checkpoint_step=latest_checkpoint_step(run_dir)
-        )
+        # both are lower bounds of what a resume will load (the index lags latest.pt by a rename)
+        known = [trial.user_attrs.get("last_checkpoint_step"), latest_checkpoint_step(run_dir)]
+        step = max((s for s in known if s is not None), default=None)
+        fail_trial(study, trial, "killed", message, settings, last_checkpoint_step=step)
         save_error_log(Path(run_dir) if run_dir else None, message)
         failed.append(trial.number)
     return failed

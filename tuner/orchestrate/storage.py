@@ -8,8 +8,12 @@ A URL's password never appears in output, logs, errors or saved files: use ``red
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +67,15 @@ def _normalise(url: str) -> str:
     return url
 
 
+def _prepare_sqlite_folder(url: str) -> None:
+    Path(url.split("sqlite:///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
+
+
 def _prepare_sqlite(url: str) -> None:
-    """Create the folder and switch the file to WAL (persistent: once per database file)."""
+    """Switch the file to WAL (persistent: once per database file)."""
     path = url.split("sqlite:///", 1)[1]
     if not path or path == ":memory:":
         return
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as connection:
         connection.execute("PRAGMA journal_mode=WAL")
 
@@ -84,25 +91,46 @@ def open_storage(
     import warnings
 
     import optuna
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     url = _normalise(url)
-    try:
-        if url.startswith("sqlite:///"):
+    for attempt in range(3):
+        try:
+            with _creation_lock(url):
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=_engine_kwargs(url),
+                    heartbeat_interval=heartbeat_interval_s,
+                    grace_period=grace_period_s,
+                    **callbacks,
+                )
+        except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
+            if attempt < 2 and (isinstance(error, IntegrityError) or "already exists" in str(error)):
+                time.sleep(0.5)  # two processes (machines) created the schema at once: it exists now
+                continue
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _creation_lock(url: str) -> Iterator[None]:
+    """SQLite: one process at a time creates the tables (else "table already exists" races)."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        yield
+        return
+    _prepare_sqlite_folder(url)
+    path = Path(url.split("sqlite:///", 1)[1])
+    with path.with_name(f".{path.name}.init.lock").open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
             _prepare_sqlite(url)
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=_engine_kwargs(url),
-            heartbeat_interval=heartbeat_interval_s,
-            grace_period=grace_period_s,
-            **callbacks,
-        )
-    except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def with_retries(call: Any, *args: Any, attempts: int = 6, first_wait_s: float = 0.25, **kwargs: Any) -> Any:

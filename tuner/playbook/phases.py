@@ -119,3 +119,54 @@ def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
         )
 
     return PhasePlan(phase, round_spec, steps, params_for_slot, make_job, round_spec.sampler)
+
+
+@dataclass
+class StartedPhase:
+    study: Any  # the Optuna study of the phase
+    plan: PhasePlan
+    settings: PhaseSettings
+    storage_url: str
+    folder: Path  # <output>/<study>/<phase>: the trials' run folders
+
+
+def start_round(
+    loaded: LoadedStudy,
+    phase: str,
+    output_dir: Path,
+    *,
+    storage_url: str | None = None,
+    **budget_overrides: Any,
+) -> StartedPhase:
+    """Create (or reopen and top up) the phase in the study's storage; no trial runs here.
+
+    ``storage_url`` beats ``$TUNER_STORAGE``, the study's ``storage`` and the SQLite default.
+    ``budget_overrides``: ``max_trials``, ``max_failed``, ``max_parallel``, ``max_retries``,
+    ``trial_timeout_s`` (None keeps the study file's value).
+    """
+    from tuner.orchestrate import open_storage, resolve_storage_url, start_phase
+    from tuner.train.run_folder import phase_dir
+    from tuner.train.schedules import build_schedule
+
+    spec = loaded.spec
+    plan = phase_plan(loaded, phase, output_dir)
+    try:
+        build_schedule(spec.training.schedule, plan.trial_steps)
+    except ValueError as error:
+        raise UsageError(
+            f"training.schedule does not fit {phase}'s {plan.trial_steps} steps: {error}"
+        ) from None
+    settings = plan.settings(**budget_overrides)
+    url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)
+    study = start_phase(
+        open_storage(url),
+        spec.name,
+        phase,
+        settings,
+        direction=spec.objective.direction,
+        params_for_slot=plan.params_for_slot,
+        sampler=plan.sampler(),
+        expected_attrs={CONFIG_HASH_ATTR: training_config_hash(spec)},
+        extra_attrs={"tuner:study_file": str(loaded.path.resolve()), "tuner:trial_steps": plan.trial_steps},
+    )
+    return StartedPhase(study, plan, settings, url, phase_dir(output_dir, spec.name, phase))

@@ -1,0 +1,204 @@
+"""Processes die; trials do not get lost: kill -9 of workers and of the whole command, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner, toy_study
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+SLOW = {"step_sleep_s": 0.03}  # 60 steps ~ 2 s per trial: long enough to be caught mid-run
+
+
+def _wait_for(condition: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _trials(url: str) -> list[Any]:
+    """The phase's trials, or none while the command is still creating it."""
+    if not Path(url.split("sqlite:///", 1)[1]).exists():
+        return []  # opening it here would create it, racing the command
+    try:
+        return load_phase(url, "toy").trials
+    except KeyError:  # the file exists, the phase not yet
+        return []
+
+
+def _worker_status(output_dir: Path, label: str) -> dict[str, Any]:
+    try:
+        return json.loads((output_dir / "toy" / "round-1" / ".workers" / f"{label}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _processes_running(fragment: str) -> list[int]:
+    """PIDs whose command line mentions ``fragment`` (orphans of a killed command would)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if fragment in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _assert_budget_met(trials: list[Any], slots: int) -> None:
+    states = [t.state.name for t in trials]
+    assert "RUNNING" not in states and "WAITING" not in states
+    assert len({t.number for t in trials}) == len(trials)
+    done = {t.user_attrs["slot"] for t in trials if t.state.name == "COMPLETE"}
+    assert done == set(range(slots))
+
+
+def _assert_retries_resumed(trials: list[Any]) -> list[int]:
+    """Each retry started from its predecessor's last checkpoint; returns those steps."""
+    steps = []
+    for retry in (t for t in trials if "retry_of" in t.user_attrs and "resumed_from_step" in t.user_attrs):
+        before = trials[retry.user_attrs["retry_of"]]
+        assert before.user_attrs["retried"]
+        assert retry.user_attrs["run_dir"] == before.user_attrs["run_dir"]
+        assert retry.user_attrs["resumed_from_step"] == (before.user_attrs.get("last_checkpoint_step") or 0)
+        steps.append(retry.user_attrs["resumed_from_step"])
+    return steps
+
+
+def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 8, "steps": 60, "max_retries": 6})
+    start_round(load_study(study), "round-1", output_dir)
+    workers: dict[str, subprocess.Popen[str]] = {}
+
+    def start(label: str) -> None:
+        workers[label] = start_tuner(
+            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label
+        )
+
+    start("w0")
+    start("w1")
+    for kill in range(5):
+        # a worker mid-trial, between two checkpoints (its trial has passed an eval)
+        def busy() -> str | None:
+            for label, process in workers.items():
+                status = _worker_status(output_dir, label)
+                if (
+                    process.poll() is None
+                    and status.get("state") == "training"
+                    and status.get("step", 0) >= 10
+                ):
+                    return label
+            return None
+
+        victim = _wait_for(busy, 60, "a busy worker")
+        time.sleep(0.12)
+        workers[victim].kill()
+        workers[victim].wait()
+        start(f"w{kill + 2}")
+    for label, process in workers.items():
+        if process.returncode is None:
+            output, _ = process.communicate(timeout=240)
+            assert process.returncode == 0, f"{label}: {output}"
+            assert "Traceback" not in output
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    _assert_budget_met(trials, 8)
+    killed = [t for t in trials if t.user_attrs.get("failure_reason") == "killed"]
+    assert len(killed) >= 5
+    resumed = _assert_retries_resumed(trials)
+    assert len(resumed) == len(killed) and sum(step > 0 for step in resumed) >= 4
+
+
+def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 6, "steps": 60})
+    args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
+    command = start_tuner(*args)
+    url = sqlite_url(output_dir)
+    _wait_for(
+        lambda: {"COMPLETE", "RUNNING"} <= {t.state.name for t in _trials(url)},
+        120,
+        "a finished and a running trial",
+    )
+    command.kill()  # the command only: its workers and their trials must go with it
+    command.wait()
+    _wait_for(lambda: not _processes_running(str(study)), 30, "the workers and trials to exit")
+
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = load_phase(url, "toy").trials
+    _assert_budget_met(trials, 6)
+    assert [t.user_attrs["failure_reason"] for t in trials if t.state.name == "FAIL"]
+    assert any(step > 0 for step in _assert_retries_resumed(trials))
+
+
+def test_kill_9_of_everything_is_healed_by_heartbeats_on_rerun(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 4, "steps": 60})
+    args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
+    command = start_tuner(*args, start_new_session=True)
+    url = sqlite_url(output_dir)
+
+    def running_with_checkpoint() -> bool:
+        return any(
+            t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in _trials(url)
+        )
+
+    _wait_for(running_with_checkpoint, 120, "a running trial with a checkpoint")
+    time.sleep(0.12)
+    for pid in _processes_running(str(study)):  # command, workers, trials: all at once, no clean-up
+        os.kill(pid, signal.SIGKILL)
+    command.wait()
+    stuck = [t for t in load_phase(url, "toy").trials if t.state.name == "RUNNING"]
+    assert stuck  # nobody was left to record them
+
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = load_phase(url, "toy").trials
+    _assert_budget_met(trials, 4)
+    for trial in stuck:
+        after = trials[trial.number]
+        assert after.state.name == "FAIL" and after.user_attrs["failure_reason"] == "killed"
+    assert any(step > 0 for step in _assert_retries_resumed(trials))
+
+
+def test_ctrl_c_stops_trials_with_a_checkpoint_and_the_rerun_continues(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 3, "steps": 60})
+    args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
+    command = start_tuner(*args)
+    url = sqlite_url(output_dir)
+    _wait_for(
+        lambda: any(t.user_attrs.get("last_checkpoint_step") for t in _trials(url)), 120, "a checkpoint"
+    )
+    command.send_signal(signal.SIGINT)
+    output, _ = command.communicate(timeout=60)
+    assert command.returncode == 130, output
+    assert "run the same command again to continue" in output and "Traceback" not in output
+    trials = load_phase(url, "toy").trials
+    assert not [t for t in trials if t.state.name == "RUNNING"]
+    interrupted = [t for t in trials if t.user_attrs.get("failure_reason") == "interrupted"]
+    assert interrupted and all(t.user_attrs["retried"] for t in interrupted)
+
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = load_phase(url, "toy").trials
+    _assert_budget_met(trials, 3)
+    assert all(step > 0 for step in _assert_retries_resumed(trials))

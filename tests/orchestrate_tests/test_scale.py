@@ -1,0 +1,85 @@
+"""Many workers on one phase: SQLite on one machine, PostgreSQL as several machines would use it."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.orchestrate_tests.conftest import (
+    load_phase,
+    run_tuner,
+    sqlite_url,
+    start_tuner,
+    toy_study,
+    tuner_env,
+)
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+STORAGE_TROUBLE = re.compile(r"database is locked|OperationalError|StorageInternalError|Traceback", re.I)
+SHORT = {"steps": 10}
+
+
+def _worker_logs(output_dir: Path, study: str) -> str:
+    folder = output_dir / study / "round-1" / ".workers"
+    return "".join(path.read_text() for path in folder.glob("*.log"))
+
+
+def test_four_workers_share_sqlite_without_database_locked(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path, round1={"trials": 200, "max_failed": 1, **SHORT}, eval_every=5)
+    args = ("run-round", str(study), "--round", "1", "--workers", "4", "--output-dir", str(output_dir))
+    done = run_tuner(*args, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert [t.number for t in trials] == list(range(200))
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    assert len({t.user_attrs["worker"] for t in trials}) == 4
+    assert not STORAGE_TROUBLE.search(_worker_logs(output_dir, "toy") + done.stderr)
+
+
+def test_a_workers_memory_stays_flat_over_twenty_trials(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path, round1={"trials": 20, **SHORT})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rss = [t.user_attrs["worker_rss_mb"] for t in load_phase(sqlite_url(output_dir), "toy").trials]
+    assert len(rss) == 20
+    # each trial trains in its own process: the worker's memory does not grow with the trials
+    assert max(rss[5:]) - statistics.median(rss[2:5]) < 8.0, rss
+
+
+@pytest.mark.postgres
+def test_eight_tuner_worker_processes_on_postgresql(
+    tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str
+) -> None:
+    study = toy_study(
+        tmp_path, name=unique_name, round1={"trials": 200, "max_failed": 1, **SHORT}, eval_every=5
+    )
+    env = tuner_env(TUNER_STORAGE=postgres_url)
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    workers = [
+        start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
+                    "--label", f"machine{index}", "--threads", "1", env=env)
+        for index in range(8)
+    ]  # fmt: skip
+    outputs = []
+    deadline = time.monotonic() + 400
+    for worker in workers:
+        output, _ = worker.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        outputs.append(output)
+        assert worker.returncode == 0, output
+    try:
+        trials = load_phase(postgres_url, unique_name).trials
+        assert sorted(t.number for t in trials) == list(range(200))  # none duplicated, none missing
+        assert {t.state.name for t in trials} == {"COMPLETE"}
+        assert {t.user_attrs["worker"] for t in trials} == {f"machine{index}" for index in range(8)}
+        assert not STORAGE_TROUBLE.search("".join(outputs))
+    finally:
+        import optuna
+
+        optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
