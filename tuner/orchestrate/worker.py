@@ -162,7 +162,13 @@ class Worker:
         slot = int(claimed.user_attrs.get("slot", claimed.number))
         attempt = int(claimed.user_attrs.get("attempt", 0))
         name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
-        run_dir = Path(claimed.user_attrs.get("resume_dir") or self.options.phase_dir / name)
+        resume_dir = claimed.user_attrs.get("resume_dir")
+        # a retry resumes in its predecessor's folder when this machine can see it (same machine
+        # or a shared file system); elsewhere it starts over in a folder of its own
+        if resume_dir and Path(resume_dir).is_dir():
+            run_dir = Path(resume_dir)
+        else:
+            run_dir = self.options.phase_dir / name
         try:
             params = {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
             job = self.options.make_job(to_config_values(self.options.search_space, params), run_dir)

@@ -154,7 +154,8 @@ def start_round(
         build_schedule(spec.training.schedule, plan.trial_steps)
     except ValueError as error:
         raise UsageError(
-            f"training.schedule does not fit {phase}'s {plan.trial_steps} steps: {error}"
+            f"training.schedule does not fit {phase}'s trials of {plan.trial_steps} steps "
+            f"(set by rounds.round1.steps or length_fraction): {error}"
         ) from None
     settings = plan.settings(**budget_overrides)
     url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)

@@ -1,0 +1,82 @@
+"""Bad input to ``run-round`` and ``worker``: one line, exit code 2, nothing started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.orchestrate_tests.conftest import toy_study
+from tests.spec_tests._support import invoke, single_error
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+
+def _run_round(study: Path, output_dir: Path, *extra: str):
+    return invoke("run-round", str(study), "--round", "1", "--output-dir", str(output_dir), *extra)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--round", "2"), "only round 1 exists so far"),
+        (("--devices", "zero"), "--devices expects GPU ids like 0,1"),
+        (("--workers", "0"), "--workers must be at least 1"),
+        (("--workers", "1", "--devices", "0"), "give --workers (CPU) or --devices (GPUs), not both"),
+        (("--trials", "0"), "the trial budget must be at least 1"),
+        (("--max-failed", "0"), "the failure budget must be at least 1"),
+        (("--trial-timeout", "-1"), "the trial timeout must be positive"),
+    ],
+)
+def test_bad_options_of_run_round(
+    tmp_path: Path, output_dir: Path, extra: tuple[str, ...], message: str
+) -> None:
+    study = toy_study(tmp_path)
+    assert message in single_error(_run_round(study, output_dir, *extra))
+
+
+def test_a_round_needs_a_search_space_and_a_schedule_that_fits(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path)
+    document = yaml.safe_load(study.read_text())
+    document["search_space"] = {}
+    study.write_text(yaml.safe_dump(document))
+    assert "search_space is empty" in single_error(_run_round(study, output_dir))
+
+    study = toy_study(
+        tmp_path, schedule=[{"shape": "linear", "steps": 50, "start": 0.0, "end": 1.0}, {"shape": "cosine"}]
+    )
+    assert "does not fit round-1's trials of 40 steps (set by rounds.round1.steps" in single_error(
+        _run_round(study, output_dir)
+    )
+
+
+def test_a_storage_password_is_never_shown(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path)
+    url = "postgresql://tuner:s3cret-pw@127.0.0.1:1/nowhere"  # nothing listens on port 1
+    result = _run_round(study, output_dir, "--storage", url)
+    line = single_error(result)
+    assert "cannot open storage postgresql+psycopg://tuner:***@127.0.0.1:1/nowhere" in line
+    assert "s3cret" not in result.output
+
+
+def test_a_worker_needs_a_known_and_started_phase(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path)
+    common = ("--output-dir", str(output_dir))
+    assert "unknown phase 'round-9'" in single_error(
+        invoke("worker", str(study), "--phase", "round-9", *common)
+    )
+    line = single_error(invoke("worker", str(study), "--phase", "round-1", *common))
+    assert "phase toy/round-1 does not exist in this storage; start it first" in line
+
+
+def test_a_worker_with_a_different_study_file_may_not_join(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path)
+    start_round(load_study(study), "round-1", output_dir)
+    changed = toy_study(
+        tmp_path / "elsewhere", search_space={"optimizer.lr": {"type": "float", "low": 0.1, "high": 0.5}}
+    )
+    line = single_error(invoke("worker", str(changed), "--phase", "round-1", "--output-dir", str(output_dir)))
+    assert "does not match the study file that started toy/round-1" in line
+    again = single_error(_run_round(changed, output_dir))
+    assert "phase toy/round-1 was started from a different study configuration" in again
