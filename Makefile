@@ -24,6 +24,7 @@ test: install
 demo: install
 	$(BIN)/tuner validate studies/digits-mlp.yaml
 	$(BIN)/tuner train studies/digits-mlp.yaml --output-dir runs/demo
+	$(BIN)/tuner run-round studies/digits-mlp.yaml --round 1 --trials 6 --output-dir runs/demo
 
 lint: install
 	$(BIN)/ruff check tuner tests benchmarks

@@ -130,3 +130,23 @@ def test_predictions_are_the_same_sample_at_every_eval(make_study, tmp_path: Pat
     assert by_step["20"] == by_step["40"] == by_step["60"] and len(by_step["20"]) == 5
     assert {r["split"] for r in rows} == {"val"}
     assert all(0.0 <= float(r["confidence"]) <= 1.0 for r in rows)
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_fsync_checkpoints_chooses_whether_checkpoints_survive_a_power_cut(
+    make_study, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    loaded = make_study(max_train_steps=40, eval_every=20, fsync_checkpoints=fsync)
+    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    checkpoint_syncs = [path for path in synced if ".latest.pt." in path]
+    assert len(checkpoint_syncs) == (2 if fsync else 0)

@@ -31,8 +31,13 @@ def step_of(name: str) -> int:
     return int(name[len("best-step") : -len(".pt")])
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    atomic_write(path, lambda handle: torch.save(state, handle))
+def save_checkpoint(path: Path, state: dict[str, Any], *, durable: bool = False) -> None:
+    """Temp file + rename: a killed process (preemption, OOM, kill -9) never leaves half a file.
+
+    ``durable`` adds an fsync, so even a power cut cannot; off by default, as in Lightning and
+    nanoGPT: it costs about a millisecond per checkpoint, and preemption is a process death.
+    """
+    atomic_write(path, lambda handle: torch.save(state, handle), durable=durable)
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -48,8 +53,10 @@ class CheckpointCallback(Callback):
 
     order = 10
 
-    def __init__(self, folder: Path, tracker: ObjectiveTracker, keep_best: int) -> None:
-        self.folder, self.tracker, self.keep_best = Path(folder), tracker, keep_best
+    def __init__(
+        self, folder: Path, tracker: ObjectiveTracker, keep_best: int, *, durable: bool = False
+    ) -> None:
+        self.folder, self.tracker, self.keep_best, self.durable = Path(folder), tracker, keep_best, durable
         self.best: dict[str, float] = {}  # file name -> objective value
         self._latest_step: int | None = None
 
@@ -79,7 +86,7 @@ class CheckpointCallback(Callback):
             self.best[name] = float(value)  # type: ignore[arg-type]
         self._latest_step = loop.step  # saved inside latest.pt, see load_state_dict
         latest = self.folder / LATEST
-        save_checkpoint(latest, loop.state_dict())
+        save_checkpoint(latest, loop.state_dict(), durable=self.durable)
         if keep:
             _link_or_copy(latest, self.folder / name)
         self._write_index(loop)

@@ -188,7 +188,12 @@ def _run(
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
     callbacks: list[Callback] = [
         tracker,
-        CheckpointCallback(run_dir / "checkpoints", tracker, training.keep_best_checkpoints),
+        CheckpointCallback(
+            run_dir / "checkpoints",
+            tracker,
+            training.keep_best_checkpoints,
+            durable=training.fsync_checkpoints,
+        ),
         CsvLogger(run_dir / "metrics.csv", evaluator.output_names(), training.log_every),
         PredictionsLogger(run_dir / "predictions.csv"),
         *extra_callbacks,
