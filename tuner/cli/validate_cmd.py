@@ -8,6 +8,7 @@ import typer
 
 from tuner.cli._console import out
 from tuner.cli._errors import guarded
+from tuner.errors import TunerError
 from tuner.spec import CategoricalParam, StudySpec, load_study
 from tuner.workloads import BUILTINS, check_study
 
@@ -54,8 +55,18 @@ def summary_lines(spec: StudySpec) -> list[str]:
     else:
         lines.append("search space (empty)")
     r1, r2 = spec.rounds.round1, spec.rounds.round2
+    from tuner.orchestrate.phase import PhaseSettings
+    from tuner.playbook.phases import round_steps
+
+    try:
+        length = f"of {round_steps(spec, r1, 1)} steps "
+    except TunerError:
+        length = "(length unknown until max_train_steps is set) "
+    budget = PhaseSettings.build(r1.trials, max_failed=r1.max_failed)
     lines.append(
-        f"rounds       round 1: {r1.trials} trials ({r1.sampler}); round 2: top {r2.top_k} x {r2.seeds} seeds"
+        f"rounds       round 1: {r1.trials} trials {length}({r1.sampler}), "
+        f"failure budget {budget.max_failed}, max {r1.max_retries} retries; "
+        f"round 2: top {r2.top_k} x {r2.seeds} seeds"
     )
     return lines
 
