@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable: bool = True) -> None:
@@ -22,18 +18,22 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable
     ``durable`` fsyncs before the rename so a machine crash cannot leave an empty file.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one writer per process and file
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain open() would honour the umask
-        with os.fdopen(fd, "wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        # a 1 MiB buffer: torch.save's zip writer makes many small writes
+        with os.fdopen(fd, "wb", buffering=1 << 20) as handle:
             write(handle)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
