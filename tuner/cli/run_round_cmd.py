@@ -60,12 +60,12 @@ def run_round(
         raise UsageError(f"--round {round_number}: only round 1 exists so far (round 2 is not built yet)")
     loaded = load_study(path, set_)
     check_study(loaded)
-    from tuner.orchestrate import local_workers, redact_url, run_local_workers
+    from tuner.orchestrate import LocalPool, local_workers, redact_url
     from tuner.orchestrate.progress import PhaseWatcher
-    from tuner.playbook import start_round
+    from tuner.playbook import create_round, prepare_round
 
     spec = loaded.spec
-    started = start_round(
+    started = prepare_round(
         loaded,
         "round-1",
         output_dir,
@@ -76,40 +76,46 @@ def run_round(
         max_retries=max_retries,
         trial_timeout_s=trial_timeout_s,
     )
-    settings = started.settings
+    settings, phase = started.settings, started.plan.phase
     chosen = local_workers(
         workers=workers,
         devices=parse_devices(devices),
         max_parallel=settings.max_parallel,
         budget=settings.max_trials,
     )
-    err.print(
-        f"{started.plan.phase}: {settings.max_trials} trials of {started.plan.trial_steps} steps "
-        f"({started.plan.sampler_name}), {len(chosen)} workers ({', '.join(w.label for w in chosen)}), "
-        f"storage {redact_url(started.storage_url)}"
-    )
 
     def command_for(worker: LocalWorker) -> list[str]:
-        words = [sys.executable, "-m", "tuner", "worker", str(path), "--phase", started.plan.phase]
+        words = [sys.executable, "-m", "tuner", "worker", str(path), "--phase", phase]
         for override in set_:
             words += ["--set", override]
         words += ["--output-dir", str(output_dir), "--label", worker.label, "--quiet"]
         return words + (["--threads", str(worker.threads)] if worker.threads else [])
 
+    pool = LocalPool(
+        command_for,
+        chosen,
+        env={"TUNER_STORAGE": started.storage_url},  # not on the command line: ps would show a password
+        log_dir=started.folder / ".workers",
+    )
+    pool.start()  # workers warm up (import torch) while the phase is created
+    try:
+        create_round(loaded, started)
+    except BaseException:
+        pool.stop()
+        raise
+    err.print(
+        f"{phase}: {settings.max_trials} trials of {started.plan.trial_steps} steps "
+        f"({started.plan.sampler_name}), {len(chosen)} workers ({', '.join(w.label for w in chosen)}), "
+        f"storage {redact_url(started.storage_url)}"
+    )
     metric = spec.objective.metric
-    view = PhaseView(err, started.plan.phase, metric, live=progress and err.is_terminal, since=now())
+    view = PhaseView(err, phase, metric, live=progress and err.is_terminal, since=now())
     watcher = PhaseWatcher(started.study, started.folder)
     try:
-        codes = run_local_workers(
-            command_for,
-            chosen,
-            env={"TUNER_STORAGE": started.storage_url},  # not on the command line: ps would show a password
-            log_dir=started.folder / ".workers",
-            tick=lambda: view.update(watcher.snapshot()),
-        )
+        codes = pool.wait(tick=lambda: view.update(watcher.snapshot()))
     finally:
         view.close()
-    summarize(watcher.snapshot(), codes, started.folder, started.plan.phase, metric, started.study)
+    summarize(watcher.snapshot(), codes, started.folder, phase, metric, started.study)
 
 
 def summarize(

@@ -4,15 +4,37 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.errors import UsageError
+from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
 from tuner.spec import load_study
 from tuner.workloads import check_study
+
+PHASE_WAIT_S = 300.0
+
+
+def _wait_for_phase(url: str, study: str, phase: str) -> Any:
+    """The phase; a worker started by ``run-round`` may be up before the phase is created."""
+    from tuner.orchestrate.phase import open_phase
+    from tuner.orchestrate.storage import open_storage
+
+    storage = open_storage(url)
+    deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)
+    while True:
+        try:
+            return open_phase(storage, study, phase)
+        except UsageError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 @guarded
@@ -36,7 +58,6 @@ def worker(
     quiet: bool = typer.Option(False, "--quiet", help="No line per finished trial."),
 ) -> None:
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
-    from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
     from tuner.orchestrate.trial_process import die_with_parent
 
     if os.environ.get(DIE_WITH_PARENT_ENV):
@@ -49,18 +70,16 @@ def worker(
     check_study(loaded)
     from tuner.cli._phase_view import trial_line
     from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
-    from tuner.orchestrate.phase import open_phase
-    from tuner.orchestrate.storage import open_storage
     from tuner.orchestrate.trial_process import warm_up
+    from tuner.output import phase_dir
     from tuner.playbook import phase_plan
     from tuner.playbook.phases import CONFIG_HASH_ATTR, training_config_hash
-    from tuner.train.run_folder import phase_dir
 
     spec = loaded.spec
     plan = phase_plan(loaded, phase, output_dir)
     warm_up(spec, loaded.base_dir)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    started_with = open_phase(open_storage(url), spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
+    started_with = _wait_for_phase(url, spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):
         raise UsageError(
             f"{path} does not match the study file that started {spec.name}/{phase} "
@@ -85,6 +104,12 @@ def worker(
     out.print(f"worker: {result.trials_run} trials run; {result.outcome}{detail}")
     if result.outcome == "failed":
         err.print(f"[red]stopped:[/] {result.message}")
-        raise typer.Exit(EXIT_FAILED)
-    if result.outcome == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
+    code = {"failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}.get(result.outcome, 0)
+    if os.environ.get(DIE_WITH_PARENT_ENV):
+        # run-round waits for us: skip the second or so of interpreter teardown (torch's).
+        # Everything is already in the storage; only our own output needs flushing.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        raise typer.Exit(code)

@@ -7,7 +7,7 @@ and record the outcome. Nothing here knows the playbook: ``tuner.playbook`` says
 
 from tuner.orchestrate.budget import PhaseCounts, count_trials, decide
 from tuner.orchestrate.phase import PhaseSettings, open_phase, optuna_study_name, start_phase
-from tuner.orchestrate.pool import LocalWorker, local_workers, run_local_workers
+from tuner.orchestrate.pool import LocalPool, LocalWorker, local_workers
 from tuner.orchestrate.search_space import distributions, quasi_random_point, random_point
 from tuner.orchestrate.storage import (
     default_storage_url,
@@ -20,6 +20,7 @@ from tuner.orchestrate.trial_process import TrialJob
 from tuner.orchestrate.worker import WorkerOptions, WorkerResult, run_worker
 
 __all__ = [
+    "LocalPool",
     "LocalWorker",
     "PhaseCounts",
     "PhaseSettings",
@@ -38,7 +39,6 @@ __all__ = [
     "random_point",
     "redact_url",
     "resolve_storage_url",
-    "run_local_workers",
     "run_worker",
     "start_phase",
     "with_retries",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,15 @@ class LocalWorker:
 
 
 def _visible_gpus() -> list[str]:
-    """GPU ids this process may use, without initialising CUDA here (workers do that)."""
+    """GPU ids this process may use, without initialising CUDA here (workers do that).
+
+    Without a GPU driver on the machine, torch is not even imported (it costs a second).
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [device for device in visible.split(",") if device.strip() and device.strip() != "-1"]
+    if not Path("/proc/driver/nvidia/gpus").exists() and not Path("/dev/kfd").exists():
+        return []
     import torch
 
     return [str(index) for index in range(torch.cuda.device_count())]
@@ -61,48 +67,66 @@ def local_workers(
     ]
 
 
-def run_local_workers(
-    command_for: Callable[[LocalWorker], list[str]],
-    workers: Sequence[LocalWorker],
-    *,
-    env: dict[str, str],
-    log_dir: Path,
-    tick: Callable[[], None],
-    tick_s: float = 1.0,
-) -> dict[str, int]:
-    """Start the workers, call ``tick`` every ``tick_s`` until all have exited; their exit codes.
+class LocalPool:
+    """Local ``tuner worker`` processes: ``start()`` them, then ``wait()`` for them.
 
+    Started before the phase exists on purpose: a worker spends seconds importing torch, while
+    the command creates the phase; the workers wait for it (see ``tuner worker``).
     A first SIGINT/SIGTERM is forwarded once (each worker stops its trial with a checkpoint);
     a second one is forwarded again (workers then kill their trials at once).
     Side effects: ``log_dir/<label>.log`` holds each worker's output.
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
-    processes: dict[str, subprocess.Popen[bytes]] = {}
-    with SignalFlag() as flag:
-        for worker in workers:
-            with (log_dir / f"{worker.label}.log").open("ab") as log:
-                processes[worker.label] = subprocess.Popen(
-                    command_for(worker),
-                    env={**os.environ, **env, **worker.env, DIE_WITH_PARENT_ENV: "1"},
+
+    def __init__(
+        self,
+        command_for: Callable[[LocalWorker], list[str]],
+        workers: Sequence[LocalWorker],
+        *,
+        env: dict[str, str],
+        log_dir: Path,
+    ) -> None:
+        self.command_for, self.workers, self.env, self.log_dir = command_for, workers, env, log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.signals = SignalFlag()
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.signals.__enter__()
+        for worker in self.workers:
+            with (self.log_dir / f"{worker.label}.log").open("ab") as log:
+                self.processes[worker.label] = subprocess.Popen(
+                    self.command_for(worker),
+                    env={**os.environ, **self.env, **worker.env, DIE_WITH_PARENT_ENV: "1"},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
+
+    def wait(self, tick: Callable[[], None], tick_s: float = 1.0) -> dict[str, int]:
+        """Call ``tick`` every ``tick_s`` until every worker has exited; their exit codes."""
         forwarded = 0
+        next_tick = 0.0
         try:
-            while any(process.poll() is None for process in processes.values()):
-                tick()
-                while forwarded < min(flag.count, 2):
+            while any(process.poll() is None for process in self.processes.values()):
+                if time.monotonic() >= next_tick:
+                    tick()
+                    next_tick = time.monotonic() + tick_s
+                while forwarded < min(self.signals.count, 2):
                     forwarded += 1
-                    for process in processes.values():
+                    for process in self.processes.values():
                         if process.poll() is None:
                             process.send_signal(signal.SIGTERM)
-                flag.sleep(tick_s)
+                time.sleep(0.05)  # notice the last worker's exit at once, not a tick later
         finally:
-            for process in processes.values():  # only if we ourselves are dying of an error
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+            self.stop()
         tick()
-    return {label: process.returncode for label, process in processes.items()}
+        return {label: process.returncode for label, process in self.processes.items()}
+
+    def stop(self) -> None:
+        """Kill whatever still runs (only when we ourselves are dying of an error)."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self.signals.__exit__(None, None, None)

@@ -45,7 +45,7 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     import torch._dynamo
     import torch.optim  # noqa: F401
 
-    import tuner.train  # noqa: F401
+    import tuner.train.run  # noqa: F401  (the whole engine)
     from tuner.workloads._entry_points import import_entry_point, parse_entry_point
 
     import_entry_point(parse_entry_point(spec.workload.name, base_dir))

@@ -123,11 +123,62 @@ def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
 
 @dataclass
 class StartedPhase:
-    study: Any  # the Optuna study of the phase
     plan: PhasePlan
     settings: PhaseSettings
     storage_url: str
     folder: Path  # <output>/<study>/<phase>: the trials' run folders
+    study: Any = None  # the Optuna study of the phase, once created
+
+
+def prepare_round(
+    loaded: LoadedStudy,
+    phase: str,
+    output_dir: Path,
+    *,
+    storage_url: str | None = None,
+    **budget_overrides: Any,
+) -> StartedPhase:
+    """Everything about the phase that needs neither the storage nor torch (bad input fails here).
+
+    ``storage_url`` beats ``$TUNER_STORAGE``, the study's ``storage`` and the SQLite default;
+    ``budget_overrides``: ``max_trials``, ``max_failed``, ``max_parallel``, ``max_retries``,
+    ``trial_timeout_s`` (None keeps the study file's value).
+    """
+    from tuner.orchestrate import resolve_storage_url
+    from tuner.output import phase_dir
+
+    spec = loaded.spec
+    plan = phase_plan(loaded, phase, output_dir)
+    settings = plan.settings(**budget_overrides)
+    url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)
+    return StartedPhase(plan, settings, url, phase_dir(output_dir, spec.name, phase))
+
+
+def create_round(loaded: LoadedStudy, prepared: StartedPhase) -> StartedPhase:
+    """Create (or reopen and top up) the prepared phase in its storage; no trial runs here."""
+    from tuner.orchestrate import open_storage, start_phase
+    from tuner.train.schedules import build_schedule
+
+    spec, plan = loaded.spec, prepared.plan
+    try:
+        build_schedule(spec.training.schedule, plan.trial_steps)
+    except ValueError as error:
+        raise UsageError(
+            f"training.schedule does not fit {plan.phase}'s trials of {plan.trial_steps} steps "
+            f"(set by rounds.round1.steps or length_fraction): {error}"
+        ) from None
+    prepared.study = start_phase(
+        open_storage(prepared.storage_url),
+        spec.name,
+        plan.phase,
+        prepared.settings,
+        direction=spec.objective.direction,
+        params_for_slot=plan.params_for_slot,
+        sampler=plan.sampler(),
+        expected_attrs={CONFIG_HASH_ATTR: training_config_hash(spec)},
+        extra_attrs={"tuner:study_file": str(loaded.path.resolve()), "tuner:trial_steps": plan.trial_steps},
+    )
+    return prepared
 
 
 def start_round(
@@ -138,36 +189,6 @@ def start_round(
     storage_url: str | None = None,
     **budget_overrides: Any,
 ) -> StartedPhase:
-    """Create (or reopen and top up) the phase in the study's storage; no trial runs here.
-
-    ``storage_url`` beats ``$TUNER_STORAGE``, the study's ``storage`` and the SQLite default.
-    ``budget_overrides``: ``max_trials``, ``max_failed``, ``max_parallel``, ``max_retries``,
-    ``trial_timeout_s`` (None keeps the study file's value).
-    """
-    from tuner.orchestrate import open_storage, resolve_storage_url, start_phase
-    from tuner.train.run_folder import phase_dir
-    from tuner.train.schedules import build_schedule
-
-    spec = loaded.spec
-    plan = phase_plan(loaded, phase, output_dir)
-    try:
-        build_schedule(spec.training.schedule, plan.trial_steps)
-    except ValueError as error:
-        raise UsageError(
-            f"training.schedule does not fit {phase}'s trials of {plan.trial_steps} steps "
-            f"(set by rounds.round1.steps or length_fraction): {error}"
-        ) from None
-    settings = plan.settings(**budget_overrides)
-    url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)
-    study = start_phase(
-        open_storage(url),
-        spec.name,
-        phase,
-        settings,
-        direction=spec.objective.direction,
-        params_for_slot=plan.params_for_slot,
-        sampler=plan.sampler(),
-        expected_attrs={CONFIG_HASH_ATTR: training_config_hash(spec)},
-        extra_attrs={"tuner:study_file": str(loaded.path.resolve()), "tuner:trial_steps": plan.trial_steps},
-    )
-    return StartedPhase(study, plan, settings, url, phase_dir(output_dir, spec.name, phase))
+    """``prepare_round`` then ``create_round``."""
+    prepared = prepare_round(loaded, phase, output_dir, storage_url=storage_url, **budget_overrides)
+    return create_round(loaded, prepared)

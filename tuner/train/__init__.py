@@ -3,18 +3,45 @@
 It knows nothing of Optuna: the orchestrator talks to it through callbacks.
 """
 
-from tuner.train.checkpoints import CheckpointCallback, load_checkpoint
-from tuner.train.data import StepBatches
-from tuner.train.evaluation import Evaluator
-from tuner.train.events import Callback, Event, StopReason, StopTraining
-from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
-from tuner.train.loop import Trainer, should_eval
-from tuner.train.metrics import MetricAccumulator, masked_mean_loss
-from tuner.train.objective import ObjectiveTracker
-from tuner.train.progress import ProgressCallback
-from tuner.train.run import RunResult, run_training
-from tuner.train.run_folder import choose_run_dir, read_status
-from tuner.train.schedules import Schedule, build_schedule
+import importlib
+from typing import Any
+
+# Imported on first use (PEP 562): a command that only needs, say, ``tuner.train.schedules``
+# does not pay for importing torch.
+_EXPORTS = {
+    "Callback": "tuner.train.events",
+    "CheckpointCallback": "tuner.train.checkpoints",
+    "CsvLogger": "tuner.train.loggers",
+    "Evaluator": "tuner.train.evaluation",
+    "Event": "tuner.train.events",
+    "MetricAccumulator": "tuner.train.metrics",
+    "ObjectiveTracker": "tuner.train.objective",
+    "PredictionsLogger": "tuner.train.loggers",
+    "ProgressCallback": "tuner.train.progress",
+    "RunResult": "tuner.train.run",
+    "Schedule": "tuner.train.schedules",
+    "StepBatches": "tuner.train.data",
+    "StopReason": "tuner.train.events",
+    "StopTraining": "tuner.train.events",
+    "TensorBoardLogger": "tuner.train.loggers",
+    "Trainer": "tuner.train.loop",
+    "build_schedule": "tuner.train.schedules",
+    "choose_run_dir": "tuner.train.run_folder",
+    "load_checkpoint": "tuner.train.checkpoints",
+    "masked_mean_loss": "tuner.train.metrics",
+    "read_status": "tuner.train.run_folder",
+    "run_training": "tuner.train.run",
+    "should_eval": "tuner.train.loop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tuner.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Callback",

@@ -25,6 +25,7 @@ import yaml
 
 from tuner._atomic import atomic_write_json, atomic_write_text
 from tuner.errors import UsageError
+from tuner.output import phase_dir
 from tuner.spec import StudySpec
 
 UNFINISHED = ("running", "interrupted", "failed")
@@ -46,15 +47,6 @@ def write_status(run_dir: Path, **fields: Any) -> dict[str, Any]:
     status = {**read_status(run_dir), **fields, "updated_at": time.time()}
     atomic_write_json(run_dir / "status.json", status)
     return status
-
-
-def phase_dir(output_dir: Path, study_name: str, phase: str) -> Path:
-    """``output/<study>/<phase>``, refusing anything that would land outside ``output``."""
-    root = Path(output_dir).resolve()
-    folder = (root / study_name / phase).resolve()
-    if root != folder and root not in folder.parents:
-        raise UsageError(f"study name {study_name!r} would write outside the output folder {root}")
-    return folder
 
 
 @contextlib.contextmanager

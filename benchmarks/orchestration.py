@@ -1,0 +1,184 @@
+"""Orchestration efficiency and per-trial overhead: ``tuner run-round`` against a plain Optuna script.
+
+100 trials of a fixed CPU objective (1 s, then 0.2 s) with 2 workers. Ours: the whole
+``tuner run-round --workers 2`` command, start-up included (workers importing torch, the phase
+created in SQLite), each trial a forked process running the training engine on
+``busy_workload.py`` (10 steps that spin ``busy_s`` in all, one eval, one checkpoint). Baseline,
+in the same run: 2 processes of ``study.optimize`` on an SQLite file whose objective spins
+``busy_s`` and suggests the same parameter. Efficiency = ideal (ceil(trials / 2) x busy_s) / wall.
+
+Per-trial overhead, from the storage: a trial's wall (claim to tell) minus ``busy_s``, and minus
+the time its process spent inside ``run_training`` (``train_s``: what the orchestrator alone adds).
+
+Run alone: ``python -m benchmarks.orchestration``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks._common import REPO_ROOT, Result, load, report, stopwatch
+
+NAME = "orchestration"
+TRIALS = 100
+WORKERS = 2
+STEPS = 10
+EFFICIENCY_TARGET = 0.90
+OVERHEAD_TARGET_S = 0.15
+
+_OPTUNA_SCRIPT = """
+import sys, time, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+busy_s, trials, url = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def objective(trial):
+    trial.suggest_float("optimizer.lr", 1e-3, 1.0, log=True)
+    until = time.perf_counter() + busy_s
+    while time.perf_counter() < until:
+        pass
+    return busy_s
+study = optuna.create_study(study_name="plain", storage=url, load_if_exists=True)
+study.optimize(objective, n_trials=trials)
+"""
+
+
+def _study(folder: Path, busy_s: float, trials: int) -> Path:
+    shutil.copy(Path(__file__).with_name("busy_workload.py"), folder / "busy_workload.py")
+    study = {
+        "name": "bench-orchestration",
+        "workload": {"name": "busy_workload.py:build", "options": {"busy_s": busy_s, "steps": STEPS}},
+        "training": {
+            "batch_size": 16,
+            "max_train_steps": STEPS,
+            "eval_every": STEPS,
+            "log_every": STEPS,
+            "keep_best_checkpoints": 1,
+            "prediction_samples": 1,
+            "tensorboard": False,
+            "device": "cpu",
+            "optimizer": {"name": "sgd", "lr": 0.1},
+        },
+        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
+        "rounds": {"round1": {"trials": trials, "steps": STEPS}},
+    }
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def _run_ours(folder: Path, busy_s: float, trials: int) -> tuple[float, list[Any]]:
+    import optuna
+
+    study = _study(folder, busy_s, trials)
+    output = folder / "runs"
+    elapsed = stopwatch()
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", str(WORKERS),
+         "--no-progress", "--output-dir", str(output)],
+        capture_output=True, text=True, cwd=REPO_ROOT, check=False,
+    )  # fmt: skip
+    wall = elapsed()
+    if done.returncode != 0:
+        raise RuntimeError(f"tuner run-round failed: {done.stderr.strip().splitlines()[-1:]}")
+    url = f"sqlite:///{output / 'bench-orchestration' / 'study.db'}"
+    return wall, optuna.load_study(study_name="bench-orchestration/round-1", storage=url).trials
+
+
+def _run_plain_optuna(folder: Path, busy_s: float, trials: int) -> float:
+    import optuna
+
+    url = f"sqlite:///{folder / 'plain.db'}"
+    optuna.create_study(study_name="plain", storage=url)  # the schema exists before the race
+    per_process = math.ceil(trials / WORKERS)
+    elapsed = stopwatch()
+    processes = [
+        subprocess.Popen([sys.executable, "-c", _OPTUNA_SCRIPT, str(busy_s), str(per_process), url])
+        for _ in range(WORKERS)
+    ]
+    for process in processes:
+        process.wait()
+    return elapsed()
+
+
+def _overheads(trials: list[Any], busy_s: float) -> dict[str, list[float]]:
+    walls = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
+    by_worker: dict[str, list[Any]] = {}
+    for trial in sorted(trials, key=lambda t: t.datetime_start):
+        by_worker.setdefault(trial.user_attrs["worker"], []).append(trial)
+    gaps = [
+        (after.datetime_start - before.datetime_complete).total_seconds()
+        for runs in by_worker.values()
+        for before, after in itertools.pairwise(runs)
+    ]
+    return {
+        "minus objective": [wall - busy_s for wall in walls],
+        "minus run_training": [wall - t.user_attrs["train_s"] for wall, t in zip(walls, trials, strict=True)],
+        "engine (run_training - objective)": [t.user_attrs["train_s"] - busy_s for t in trials],
+        "gap between trials": gaps,
+    }
+
+
+def _p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+
+
+def run(trials: int = TRIALS) -> list[Result]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    results: list[Result] = []
+    print(f"== {NAME}: {trials} trials, {WORKERS} workers, SQLite; tuner run-round vs plain optuna")
+    for busy_s in (1.0, 0.2):
+        ideal = math.ceil(trials / WORKERS) * busy_s
+        with tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
+            ours_wall, ours_trials = _run_ours(Path(tmp), busy_s, trials)
+            plain_wall = _run_plain_optuna(Path(tmp), busy_s, trials)
+        ours, plain = ideal / ours_wall, ideal / plain_wall
+        overheads = _overheads(ours_trials, busy_s)
+        print(
+            f"  {busy_s:g} s trials: ideal {ideal:.1f}s; tuner {ours_wall:.1f}s (efficiency {ours:.3f}), "
+            f"plain optuna {plain_wall:.1f}s (efficiency {plain:.3f}); "
+            f"tuner/optuna {ours / plain:.3f}  [{load()}]"
+        )
+        for label, values in overheads.items():
+            print(f"    per trial, {label}: median {statistics.median(values):.3f}s  p90 {_p90(values):.3f}s")
+        median_overhead = statistics.median(overheads["minus objective"])
+        tag = f"{busy_s:g} s trials"
+        results += [
+            Result(
+                NAME,
+                f"efficiency, {tag}",
+                ours,
+                "{:.3f}",
+                f">= {EFFICIENCY_TARGET}",
+                ours >= EFFICIENCY_TARGET,
+            ),
+            Result(NAME, f"plain optuna efficiency, {tag}", plain, "{:.3f}"),
+            Result(NAME, f"tuner/plain optuna, {tag}", ours / plain, "{:.3f}"),
+            Result(
+                NAME,
+                f"per-trial overhead median, {tag}",
+                median_overhead,
+                "{:.3f} s",
+                f"<= {OVERHEAD_TARGET_S} s",
+                median_overhead <= OVERHEAD_TARGET_S,
+            ),
+        ]
+    return results
+
+
+def main() -> None:
+    report(NAME, run())
+
+
+if __name__ == "__main__":
+    main()
