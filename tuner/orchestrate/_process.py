@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
 import time
 from types import TracebackType
 from typing import Any
+
+SIGNAL_BURST_S = 0.5
 
 
 def resident_memory_mb() -> float | None:
@@ -25,6 +28,7 @@ class SignalFlag:
 
     def __init__(self) -> None:
         self.count = 0
+        self._last = -math.inf
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> SignalFlag:
@@ -34,7 +38,12 @@ class SignalFlag:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.count += 1
+        # Linux may deliver a parent-death signal more than once (as the dying parent's threads
+        # exit one by one): a burst is one request, or it would turn a clean stop into a kill.
+        now = time.monotonic()
+        if now - self._last >= SIGNAL_BURST_S:
+            self.count += 1
+        self._last = now
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None

@@ -185,6 +185,9 @@ class Worker:
             save_error_log(run_dir, message)
             with_retries(fail_trial, self.study, claimed, "crashed", message, settings)
             return
+        if self.signals.count:  # stopped between the claim and the start: nothing trained yet
+            with_retries(fail_trial, self.study, claimed, "interrupted", "interrupted", settings)
+            return
         self._write_status("training", f"trial {claimed.number}", trial=claimed.number)
         try:
             outcome = self._supervise(trial, job, settings)
@@ -205,6 +208,7 @@ class Worker:
         next_heartbeat = started + self.heartbeat_s
         deadline = started + settings.trial_timeout_s if settings.trial_timeout_s else math.inf
         signals_seen = 0
+        ready = False  # the child handles SIGTERM (checkpoint, then stop) once it has said "started"
         outcome: dict[str, Any] | None = None
         try:
             while outcome is None:
@@ -216,6 +220,7 @@ class Worker:
                     except (EOFError, OSError):
                         break  # the child is gone; its exit code says how
                     outcome = self._handle(trial, message)
+                    ready = ready or message[0] == "started"
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     with_retries(self.storage.record_heartbeat, trial._trial_id)
@@ -223,7 +228,7 @@ class Worker:
                 if now >= deadline:
                     child.kill()
                     outcome = {"kind": "timeout"}
-                if self.signals.count > signals_seen:
+                if self.signals.count > signals_seen and (ready or self.signals.count > 1):
                     signals_seen = self.signals.count
                     if child.pid is not None and child.is_alive():
                         # first signal: a clean stop with a checkpoint; second: now
@@ -239,7 +244,7 @@ class Worker:
             child.kill()
             child.join()
         if outcome is None:
-            outcome = {"kind": "exit", "exitcode": child.exitcode, "signals": signals_seen}
+            outcome = {"kind": "exit", "exitcode": child.exitcode, "signals": self.signals.count}
         return outcome
 
     def _handle(self, trial: Any, message: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -305,7 +310,7 @@ class Worker:
         else:
             reason, message = describe_exit(outcome["exitcode"])
             if outcome.get("signals"):
-                reason, message = "interrupted", "stopped by a signal before it could checkpoint"
+                reason, message = "interrupted", f"stopped by a signal before it could checkpoint ({message})"
         if reason not in ("diverged", "interrupted"):
             save_error_log(run_dir, message)
         with_retries(fail_trial, self.study, claimed, reason, message, settings, **extra)
