@@ -122,3 +122,26 @@ def test_a_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path: Path, out
     assert retry.user_attrs["run_dir"] == first.user_attrs["run_dir"]
     assert retry.params == first.params
     assert sorted(retry.intermediate_values) == [30, 40]
+
+
+def test_tpe_trials_and_their_reproduce_command_give_the_same_run(tmp_path: Path, output_dir: Path) -> None:
+    import shlex
+
+    study = toy_study(tmp_path, round1={"trials": 3, "sampler": "tpe"})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert {t.state.name for t in trials} == {"COMPLETE"} and len(
+        {t.params["optimizer.lr"] for t in trials}
+    ) == 3
+    best = min(trials, key=lambda t: t.value)
+    words = shlex.split(best.user_attrs["reproduce"])
+    assert words[:2] == ["tuner", "train"]
+    again = run_tuner(*words[1:], "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert (
+        f"best         val/error_rate = {best.value:.6g} at step {best.user_attrs['best_step']}"
+        in again.stdout
+    )
