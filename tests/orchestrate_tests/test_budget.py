@@ -31,17 +31,21 @@ def test_impossible_budgets_are_refused(kwargs: dict, message: str) -> None:
 
 
 def test_the_failure_budget_stops_the_phase() -> None:
-    counts = PhaseCounts(completed=4, failed=3, waiting=5)
+    counts = PhaseCounts(completed=4, failed=3, slots=7)
     counts.reasons.update({"crashed": 2, "diverged": 1})
     decision = decide(counts, PhaseSettings.build(12, max_failed=3))
     assert decision.action == "failed"
     assert "3 of 7 finished trials failed (2 crashed, 1 diverged); the limit is 3" in decision.reason
 
 
-def test_done_only_when_nothing_waits_or_runs() -> None:
+def test_done_only_when_nothing_is_left_to_start_or_running() -> None:
     settings = PhaseSettings.build(4)
-    assert decide(PhaseCounts(completed=4), settings).action == "done"
-    assert decide(PhaseCounts(completed=3, running=1), settings).action == "wait"
+    assert decide(PhaseCounts(completed=4, slots=4), settings).action == "done"
+    assert decide(PhaseCounts(completed=3, running=1, slots=4), settings).action == "wait"
+    # every slot started, but a retry waits: not done
+    assert decide(PhaseCounts(completed=3, failed=0, waiting=1, slots=4), settings).action == "start"
+    # slots of the budget never started (or a budget raised on a re-run): start them
+    assert decide(PhaseCounts(completed=4, slots=4), PhaseSettings.build(6)).action == "start"
 
 
 def test_max_parallel_holds_across_workers() -> None:

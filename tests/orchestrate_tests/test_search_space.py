@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tuner.orchestrate import distributions, quasi_random_point, random_point
-from tuner.orchestrate.search_space import to_config_values
+from tuner.orchestrate.search_space import _scrambled_halton, to_config_values
 from tuner.spec import CategoricalParam, FloatParam, IntParam
 
 SPACE = {
@@ -31,6 +33,14 @@ def test_the_sequence_is_reproducible_and_continues_where_it_stopped() -> None:
     assert first != [quasi_random_point(SPACE, i, seed=1) for i in range(8)]
     assert len({p["optimizer.lr"] for p in first}) == 8
     assert random_point(SPACE, 5, seed=0) == random_point(SPACE, 5, seed=0)
+
+
+@pytest.mark.parametrize(("dimensions", "seed"), [(1, 0), (4, 7), (9, 2**31 - 1)])
+def test_the_halton_points_are_scipys_bit_for_bit(dimensions: int, seed: int) -> None:
+    qmc = pytest.importorskip("scipy.stats.qmc")
+    expected = qmc.Halton(d=dimensions, scramble=True, seed=seed).random(40)
+    points = [_scrambled_halton(dimensions, index, seed) for index in range(40)]
+    assert points == expected.tolist()
 
 
 def test_quasi_random_covers_a_log_range_evenly() -> None:

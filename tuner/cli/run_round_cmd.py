@@ -143,7 +143,7 @@ def summarize(
             f"workers stopped with errors ({', '.join(f'{k}: exit {v}' for k, v in broken.items())}); "
             f"their output is in {folder / '.workers'}"
         )
-    if counts.waiting or counts.running:
+    if counts.to_start(settings) or counts.running:
         err.print(
             f"interrupted at {counts.finished}/{settings.max_trials} trials; "
             "run the same command again to continue"

@@ -21,12 +21,10 @@ from tuner.workloads import check_study
 PHASE_WAIT_S = 300.0
 
 
-def _wait_for_phase(url: str, study: str, phase: str) -> Any:
+def _wait_for_phase(storage: Any, study: str, phase: str) -> Any:
     """The phase; a worker started by ``run-round`` may be up before the phase is created."""
     from tuner.orchestrate.phase import open_phase
-    from tuner.orchestrate.storage import open_storage
 
-    storage = open_storage(url)
     deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)
     while True:
         try:
@@ -71,6 +69,7 @@ def worker(
     from tuner.cli._phase_view import trial_line
     from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
     from tuner.orchestrate.trial_process import warm_up
+    from tuner.orchestrate.worker import open_worker_storage
     from tuner.output import phase_dir
     from tuner.playbook import phase_plan
     from tuner.playbook.phases import CONFIG_HASH_ATTR, training_config_hash
@@ -79,7 +78,8 @@ def worker(
     plan = phase_plan(loaded, phase, output_dir)
     warm_up(spec, loaded.base_dir)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    started_with = _wait_for_phase(url, spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
+    opened = open_worker_storage(url)
+    started_with = _wait_for_phase(opened, spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):
         raise UsageError(
             f"{path} does not match the study file that started {spec.name}/{phase} "
@@ -93,12 +93,14 @@ def worker(
             phase_dir=phase_dir(output_dir, spec.name, phase),
             search_space=spec.search_space,
             make_job=plan.make_job,
+            params_for_slot=plan.params_for_slot,
             code_dir=loaded.base_dir,
             threads=threads,
             label=label or "",
             sampler=plan.sampler(),
             on_trial_end=None if quiet else lambda trial: out.print(trial_line(trial, spec.objective.metric)),
-        )
+        ),
+        opened,
     )
     detail = f": {result.message}" if result.message else ""
     out.print(f"worker: {result.trials_run} trials run; {result.outcome}{detail}")

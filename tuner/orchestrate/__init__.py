@@ -1,7 +1,7 @@
 """Optuna glue: storage, phases as Optuna studies, workers, budgets, heartbeats and retries.
 
-A phase is an Optuna study ``<study>/<phase>`` whose budget is enqueued up front; workers (local
-processes or ``tuner worker`` on other machines) claim its trials, train each in a child process,
+A phase is an Optuna study ``<study>/<phase>`` holding its budget; workers (local
+processes or ``tuner worker`` on other machines) start its trials, train each in a child process,
 and record the outcome. Nothing here knows the playbook: ``tuner.playbook`` says what to train.
 """
 

@@ -25,6 +25,8 @@ class PhaseCounts:
     running: int = 0
     waiting: int = 0
     unproven: int = 0  # running trials that have not finished a training step yet
+    slots: int = 0  # slots started so far (a retry reuses its slot)
+    next_slot: int = 0  # the number the next new slot gets
     reasons: Counter[str] = field(default_factory=Counter)
     best_value: float | None = None
     best_number: int | None = None
@@ -37,6 +39,10 @@ class PhaseCounts:
     def failure_rate(self) -> float:
         return self.failed / self.finished if self.finished else 0.0
 
+    def to_start(self, settings: PhaseSettings) -> int:
+        """Trials not started yet: retries waiting, plus slots of the budget never started."""
+        return self.waiting + max(0, settings.max_trials - self.slots)
+
     def failure_summary(self) -> str:
         """``2 crashed, 1 diverged``."""
         return ", ".join(f"{count} {reason}" for reason, count in sorted(self.reasons.items()))
@@ -47,7 +53,9 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
     from optuna.trial import TrialState
 
     counts = PhaseCounts()
+    slots: set[int] = set()
     for trial in trials:
+        slots.add(int(trial.user_attrs.get("slot", trial.number)))
         if trial.state == TrialState.COMPLETE:
             counts.completed += 1
             value = trial.value
@@ -72,6 +80,7 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
                 counts.unproven += 1
         elif trial.state == TrialState.WAITING:
             counts.waiting += 1
+    counts.slots, counts.next_slot = len(slots), max(slots, default=-1) + 1
     return counts
 
 
@@ -87,8 +96,8 @@ def decide(counts: PhaseCounts, settings: PhaseSettings) -> Decision:
     """The budget rules, in order.
 
     - Failure budget reached: stop the phase (exit code 1).
-    - Nothing waiting: done if nothing runs either, else wait (a running trial may die and
-      be retried).
+    - Nothing left to start (no retry waiting, every slot of the budget started): done if
+      nothing runs either, else wait (a running trial may die and be retried).
     - ``max_parallel`` trials running: wait.
     - A trial starts only if every running trial that has not yet proven itself (finished
       a training step) could fail without the phase overshooting its failure budget. Trials that
@@ -101,7 +110,7 @@ def decide(counts: PhaseCounts, settings: PhaseSettings) -> Decision:
             f"the failure budget is spent: {counts.failed} of {counts.finished} finished trials failed "
             f"({counts.failure_summary()}); the limit is {settings.max_failed}",
         )
-    if counts.waiting == 0:
+    if counts.to_start(settings) == 0:
         return Decision("done") if counts.running == 0 else Decision("wait", "the last trials are running")
     if settings.max_parallel is not None and counts.running >= settings.max_parallel:
         return Decision("wait", f"{counts.running} trials running (max_parallel {settings.max_parallel})")

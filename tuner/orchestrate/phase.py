@@ -1,15 +1,17 @@
 """A phase (``round-1``, ``sweep-lr``…) is one Optuna study named ``<study>/<phase>``.
 
-The budget is fixed when the phase starts: one WAITING trial per slot is enqueued up front,
-so trial numbers are exactly ``0..max_trials-1`` however many workers (on however many
-machines) pop them, and no worker can create a trial past the budget. A retry is a new trial
-for the same slot (same parameters, same run folder), so it never eats into the budget.
+The budget is a number of slots stored with the phase. A worker creates a slot's trial when
+it starts it, under the phase lock, so slots are numbered ``0..max_trials-1`` however many
+workers (on however many machines) start them, and none is created past the budget. Starting
+a phase is therefore instant whatever its budget (enqueueing every trial up front cost ~12 ms a
+trial, during which no worker could start). A retry is a new trial for the same slot (same
+parameters, same run folder), so it never eats into the budget.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,15 +75,15 @@ def start_phase(
     settings: PhaseSettings,
     *,
     direction: str,
-    params_for_slot: Callable[[int], dict[str, Any]],
     sampler: Any = None,
     expected_attrs: Mapping[str, Any] | None = None,
     extra_attrs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Create the phase (or reopen it) and top its slots up to ``settings.max_trials``.
+    """Create the phase (or reopen it) with budget ``settings``; workers create the trials.
 
     Re-running with the same budget changes nothing; a larger budget adds slots (numbered after
-    the existing ones); a smaller one is refused, since trials cannot be taken back.
+    the existing ones); a smaller one than the slots already started is refused, since trials
+    cannot be taken back.
     ``expected_attrs`` must match what the phase was started with (e.g. the training config's
     hash): mixing trials of two configurations in one phase would make its results meaningless.
     """
@@ -105,8 +107,6 @@ def start_phase(
                 f"phase {name} already has {len(slots)} trials; a budget of {settings.max_trials} "
                 "cannot take them back (budgets can only grow)"
             )
-        for slot in range(len(slots), settings.max_trials):
-            optuna_study.enqueue_trial(params_for_slot(slot), user_attrs={"slot": slot, "attempt": 0})
         optuna_study.set_user_attr(SETTINGS_ATTR, asdict(settings))
         for key, value in {**(expected_attrs or {}), **(extra_attrs or {})}.items():
             optuna_study.set_user_attr(key, value)

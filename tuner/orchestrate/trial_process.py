@@ -43,7 +43,8 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     thread pool).
     """
     import torch._dynamo
-    import torch.optim  # noqa: F401
+    import torch.optim
+    import torch.utils.serialization  # noqa: F401  (torch.save imports it on first use)
 
     import tuner.train.run  # noqa: F401  (the whole engine)
     from tuner.workloads._entry_points import import_entry_point, parse_entry_point

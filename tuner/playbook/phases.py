@@ -173,7 +173,6 @@ def create_round(loaded: LoadedStudy, prepared: StartedPhase) -> StartedPhase:
         plan.phase,
         prepared.settings,
         direction=spec.objective.direction,
-        params_for_slot=plan.params_for_slot,
         sampler=plan.sampler(),
         expected_attrs={CONFIG_HASH_ATTR: training_config_hash(spec)},
         extra_attrs={"tuner:study_file": str(loaded.path.resolve()), "tuner:trial_steps": plan.trial_steps},

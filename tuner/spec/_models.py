@@ -76,7 +76,7 @@ class TrainingSpec(_Model):
     eval_every: PositiveInt = 100
     log_every: PositiveInt = 10
     keep_best_checkpoints: NonNegativeInt = 3
-    fsync_checkpoints: bool = False  # also survive power loss, at ~1 ms per checkpoint
+    fsync_checkpoints: bool = False  # checkpoints and run-folder files also survive power loss
     prediction_samples: NonNegativeInt = 16
     train_eval_examples: PositiveInt | None = None  # cap on the train-split eval; None = all
     grad_clip_norm: PositiveFloat | None = None

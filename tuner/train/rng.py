@@ -17,6 +17,19 @@ def derive_seed(base: int, *labels: int | str) -> int:
     return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+def seed_torch(seed: int) -> None:
+    """``torch.manual_seed`` where an accelerator exists; else only the CPU generator.
+
+    Without a GPU, ``torch.manual_seed`` still queues a lazy seed call for CUDA and XPU, each
+    capturing a formatted stack (a few milliseconds in a fresh trial process): the CPU
+    generator is all there is to seed.
+    """
+    if torch.accelerator.is_available():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
 def rng_state() -> dict[str, Any]:
     name, keys, position, has_gauss, cached = np.random.get_state()
     python_version, python_internal, python_gauss = random.getstate()

@@ -27,7 +27,7 @@ from tuner.train.loop import Trainer
 from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
-from tuner.train.rng import derive_seed
+from tuner.train.rng import derive_seed, seed_torch
 from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
 from tuner.workloads import IGNORE_INDEX, Workload, build_workload
@@ -154,11 +154,12 @@ def run_training(
             interrupted = isinstance(error, KeyboardInterrupt)
             write_status(
                 run_dir,
+                durable=training.fsync_checkpoints,
                 status="interrupted" if interrupted else "failed",
                 message="" if interrupted else f"{type(error).__name__}: {error}",
             )
             if not interrupted:
-                atomic_write_text(run_dir / "error.log", traceback.format_exc())
+                atomic_write_text(run_dir / "error.log", traceback.format_exc(), durable=False)
             raise
 
 
@@ -178,7 +179,7 @@ def _run(
     workload = build_workload(spec, base_dir, init_seed=derive_seed(spec.seed, "init"))
     model = workload.model.to(device)
     run_data_seed = data_seed if data_seed is not None else derive_seed(spec.seed, "data")
-    torch.manual_seed(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
+    seed_torch(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
     evaluator = build_evaluator(workload, spec, device)
     if spec.objective.metric not in evaluator.output_names():
         raise WorkloadError(
@@ -233,6 +234,7 @@ def _run(
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     write_status(
         run_dir,
+        durable=training.fsync_checkpoints,
         status=status,
         message=trainer.stop_message,
         step=trainer.step,

@@ -18,12 +18,13 @@ def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
     weights depend on ``init_seed`` alone (identical on every DDP rank and every retry).
     """
     import numpy as np
-    import torch
+
+    from tuner.train.rng import seed_torch
 
     function = import_entry_point(parse_entry_point(spec.workload.name, base_dir))
     random.seed(init_seed)
     np.random.seed(init_seed % 2**32)
-    torch.manual_seed(init_seed)
+    seed_torch(init_seed)
     workload = function(
         WorkloadContext(options=dict(spec.workload.options), seed=spec.seed, base_dir=base_dir)
     )
