@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner, toy_study
+from tests.orchestrate_tests.conftest import (
+    load_phase,
+    run_tuner,
+    sqlite_url,
+    start_tuner,
+    toy_study,
+    tuner_env,
+)
+from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
 from tuner.playbook import start_round
 from tuner.spec import load_study
 
@@ -201,4 +209,19 @@ def test_ctrl_c_stops_trials_with_a_checkpoint_and_the_rerun_continues(
     assert again.returncode == 0, again.stdout + again.stderr
     trials = load_phase(url, "toy").trials
     _assert_budget_met(trials, 3)
-    assert all(step > 0 for step in _assert_retries_resumed(trials))
+    # the trial that had checkpointed goes on from there (a trial claimed just as Ctrl-C came
+    # had nothing to keep, and its retry rightly starts at 0)
+    assert any(step > 0 for step in _assert_retries_resumed(trials))
+
+
+def test_a_worker_stopped_while_it_starts_up_exits_as_interrupted(tmp_path: Path, output_dir: Path) -> None:
+    """run-round forwards Ctrl-C as SIGTERM, maybe while a worker still imports torch."""
+    study = toy_study(tmp_path)
+    # as run-round starts it: it waits for the phase (not created here) instead of failing
+    env = tuner_env(**{DIE_WITH_PARENT_ENV: "1"})
+    worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
+    time.sleep(3)  # importing, or waiting for the phase
+    worker.send_signal(signal.SIGTERM)
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 130, output
+    assert "interrupted; run the same command again to continue" in output and "Traceback" not in output

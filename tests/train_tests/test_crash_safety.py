@@ -106,6 +106,7 @@ def test_resume_repairs_a_kill_between_checkpoint_save_and_link(tmp_path: Path) 
         loop = FakeLoop(step, value, callback)
         tracker.on_eval_end(loop)
         callback.on_checkpoint(loop)
+    callback.flush()  # the files are written in the background
     # Simulate the kill: step 30's best copy never linked, evicted step 10 never deleted.
     (tmp_path / best_name(30)).unlink()
     (tmp_path / best_name(10)).write_bytes((tmp_path / LATEST).read_bytes())
@@ -115,6 +116,24 @@ def test_resume_repairs_a_kill_between_checkpoint_save_and_link(tmp_path: Path) 
     assert resumed.best == {best_name(20): 0.8, best_name(30): 0.7}
     assert sorted(p.name for p in tmp_path.glob("best-*")) == [best_name(20), best_name(30)]
     assert load_checkpoint(tmp_path / best_name(30))["step"] == 30
+
+
+def test_checkpoints_are_written_in_the_background_and_a_failed_write_is_not_hidden(tmp_path: Path) -> None:
+    tracker = ObjectiveTracker("val/loss", "minimize")
+    callback = CheckpointCallback(tmp_path, tracker, keep_best=2)
+    loop = FakeLoop(10, 0.5, callback)
+    tracker.on_eval_end(loop)
+    callback.on_checkpoint(loop)
+    callback.flush()
+    assert callback.saved_step == 10 and load_checkpoint(tmp_path / LATEST)["step"] == 10
+    (tmp_path / LATEST).unlink()
+    (tmp_path / LATEST).mkdir()  # the next write cannot land
+    loop = FakeLoop(20, 0.4, callback)
+    tracker.on_eval_end(loop)
+    callback.on_checkpoint(loop)
+    with pytest.raises(IsADirectoryError):
+        callback.flush()
+    assert callback.saved_step == 10  # what a supervisor may call resumable did not move
 
 
 def test_a_failing_workload_file_fails_the_same_way_twice_and_can_import_its_neighbours(

@@ -114,6 +114,7 @@ def test_nan_objective_is_never_best(make_study, tmp_path: Path) -> None:
         loop = FakeLoop(step, value)
         tracker.on_eval_end(loop)
         callback.on_checkpoint(loop)
+    callback.flush()
     assert callback.best == {"best-step00000002.pt": 0.5, "best-step00000006.pt": 0.6}
     assert (tracker.best_value, tracker.best_step) == (0.5, 2)
 

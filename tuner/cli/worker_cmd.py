@@ -58,6 +58,9 @@ def worker(
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
     from tuner.orchestrate.trial_process import die_with_parent
 
+    # until the worker loop takes over signals: a stop while starting up (importing torch takes
+    # seconds) is a clean interruption (exit 130), not a death by SIGTERM
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if os.environ.get(DIE_WITH_PARENT_ENV):
         die_with_parent(signal.SIGTERM)  # started by run-round: stop cleanly when it goes
     if device is not None:

@@ -69,31 +69,46 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def _reporter(connection: Any, metric: str) -> Any:
-    from tuner.train import Callback
+    from tuner.train import Callback, CheckpointCallback
 
     class PipeReporter(Callback):
-        """Tells the worker what the loop did; the worker turns it into storage writes."""
+        """Tells the worker what the loop did; the worker turns it into storage writes.
+
+        A checkpoint is reported once it is on disk (the checkpoint writer works in the
+        background), so the step a retry would resume from is never claimed too early.
+        """
 
         order = 20  # after the objective tracker (0) and the checkpoint writer (10)
 
         def __init__(self) -> None:
             self.healthy = False
+            self.checkpoints: Any = None
+            self.reported: int | None = None
 
         def on_fit_start(self, loop: Any) -> None:
+            self.checkpoints = next((c for c in loop.callbacks if isinstance(c, CheckpointCallback)), None)
+            self.reported = self.checkpoints.saved_step if self.checkpoints else None
             connection.send(("started", loop.step))
 
         def on_train_step_end(self, loop: Any) -> None:
             if not self.healthy:
                 self.healthy = True
                 connection.send(("healthy", loop.step))
+            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
+                self._report_checkpoint()
+
+        def on_fit_end(self, loop: Any) -> None:  # after the writer's flush (order 10 < 20)
+            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
+                self._report_checkpoint()
+
+        def _report_checkpoint(self) -> None:
+            self.reported = self.checkpoints.saved_step
+            connection.send(("checkpoint", self.reported))
 
         def on_eval_end(self, loop: Any) -> None:
             value = loop.last_eval.get(metric)
             if value is not None:
                 connection.send(("eval", loop.step, float(value)))
-
-        def on_checkpoint(self, loop: Any) -> None:
-            connection.send(("checkpoint", loop.step))
 
     return PipeReporter()
 

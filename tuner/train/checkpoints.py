@@ -3,13 +3,21 @@
 Every file is written atomically; a best checkpoint is a hard link to the ``latest.pt`` it was
 (no second serialisation). Order on disk: write the new file, *then* delete the evicted one,
 so a kill at any moment leaves at least the previous state. NaN is never among the best.
+
+The state is serialised on the training thread (a consistent snapshot: training goes on
+changing the weights) and written by a background thread while training continues, as
+Lightning's ``AsyncCheckpointIO`` does: at most one write is in flight, ``saved_step`` says
+what is on disk, and the run waits for the last write before it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +39,6 @@ def step_of(name: str) -> int:
     return int(name[len("best-step") : -len(".pt")])
 
 
-def save_checkpoint(path: Path, state: dict[str, Any], *, durable: bool = False) -> None:
-    """Temp file + rename: a killed process (preemption, OOM, kill -9) never leaves half a file.
-
-    ``durable`` adds an fsync, so even a power cut cannot; off by default, as in Lightning and
-    nanoGPT: it costs about a millisecond per checkpoint, and preemption is a process death.
-    """
-    atomic_write(path, lambda handle: torch.save(state, handle), durable=durable)
-
-
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load with ``weights_only=True``: a checkpoint file can never run code on load."""
     return torch.load(path, map_location=map_location, weights_only=True)
@@ -48,7 +47,11 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
 class CheckpointCallback(Callback):
     """On every ``checkpoint`` event: write ``latest.pt``; keep it if it is among the best N.
 
-    Side effects: writes ``folder/latest.pt``, ``folder/best-stepXXXXXXXX.pt``, ``folder/index.json``.
+    Side effects: writes ``folder/latest.pt``, ``folder/best-stepXXXXXXXX.pt``, ``folder/index.json``
+    from a background thread; ``saved_step`` is the step of the last checkpoint fully on disk
+    (what a supervisor may record as resumable), ``flush()`` waits for the write in flight.
+    ``durable`` adds an fsync, so even a power cut cannot lose a checkpoint; off by default,
+    as in Lightning and nanoGPT: the rename already survives any process death (preemption).
     """
 
     order = 10
@@ -59,6 +62,9 @@ class CheckpointCallback(Callback):
         self.folder, self.tracker, self.keep_best, self.durable = Path(folder), tracker, keep_best, durable
         self.best: dict[str, float] = {}  # file name -> objective value
         self._latest_step: int | None = None
+        self.saved_step: int | None = None
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def _worst(self) -> str:
         # The worst is the one every other beats: max for minimize, min for maximize.
@@ -85,35 +91,67 @@ class CheckpointCallback(Callback):
                 del self.best[evicted]
             self.best[name] = float(value)  # type: ignore[arg-type]
         self._latest_step = loop.step  # saved inside latest.pt, see load_state_dict
-        latest = self.folder / LATEST
-        save_checkpoint(latest, loop.state_dict(), durable=self.durable)
-        if keep:
-            _link_or_copy(latest, self.folder / name)
-        self._write_index(loop)
-        if evicted:
-            (self.folder / evicted).unlink(missing_ok=True)
+        snapshot = io.BytesIO()
+        torch.save(loop.state_dict(), snapshot)
+        self.flush()  # the previous write first: files land in order, one snapshot in memory at most
+        self._writer = threading.Thread(
+            target=self._write,
+            args=(snapshot, loop.step, name if keep else None, evicted, self._index(loop.step)),
+            name="tuner-checkpoint-writer",
+            daemon=True,
+        )
+        self._writer.start()
 
-    def _write_index(self, loop: Any) -> None:
+    def _write(
+        self, snapshot: io.BytesIO, step: int, best: str | None, evicted: str | None, index: dict[str, Any]
+    ) -> None:
+        try:
+            latest = self.folder / LATEST
+            atomic_write(latest, lambda handle: handle.write(snapshot.getbuffer()), durable=self.durable)
+            if best:
+                _link_or_copy(latest, self.folder / best)
+            # not fsynced: resume reads the best set from latest.pt, not from here
+            atomic_write_json(self.folder / "index.json", index, durable=False)
+            if evicted:
+                (self.folder / evicted).unlink(missing_ok=True)
+            self.saved_step = step
+        except BaseException as error:  # re-raised on the training thread by flush()
+            self._error = error
+
+    def flush(self) -> None:
+        """Wait for the checkpoint being written; raise its error (a full disk) here."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def on_fit_end(self, loop: Any) -> None:
+        self.flush()
+
+    def on_exception(self, loop: Any) -> None:
+        """The run is dying of another error: let the last checkpoint land, keep that error."""
+        with contextlib.suppress(Exception):
+            self.flush()
+
+    def _index(self, step: int) -> dict[str, Any]:
         ranked = sorted(
             self.best.items(), key=lambda item: item[1], reverse=self.tracker.direction == "maximize"
         )
-        atomic_write_json(  # not fsynced: resume reads the best set from latest.pt, not from here
-            self.folder / "index.json",
-            {
-                "latest": {"file": LATEST, "step": loop.step},
-                "best": [{"file": f, "value": v, "step": step_of(f)} for f, v in ranked],
-                "metric": self.tracker.metric,
-                "direction": self.tracker.direction,
-            },
-            durable=False,
-        )
+        return {
+            "latest": {"file": LATEST, "step": step},
+            "best": [{"file": f, "value": v, "step": step_of(f)} for f, v in ranked],
+            "metric": self.tracker.metric,
+            "direction": self.tracker.direction,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": dict(self.best), "latest_step": self._latest_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the best set and repair what a kill mid-checkpoint can leave on disk."""
-        self._latest_step = state.get("latest_step")
+        self._latest_step = self.saved_step = state.get("latest_step")
         self.best = {}
         for name, value in state["best"].items():
             path = self.folder / name
