@@ -73,7 +73,7 @@ class PhaseView:
                         str(worker.get("label")), str(worker.get("state")), str(worker.get("detail"))
                     )
             self._live.update(Group(headline(snapshot, self.phase, self.metric), table), refresh=True)
-        elif snapshot.newly_finished:
+        elif snapshot.newly_finished and counts.running:  # with nothing running, the summary says it
             self.console.print(headline(snapshot, self.phase, self.metric))
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ worker through a pipe, and the worker does every storage write.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -39,12 +40,16 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     """Import in the worker what every trial needs, so each forked trial starts warm.
 
     Without this each trial paid about a second: ``torch.optim`` imports ``torch._dynamo`` on
-    first use. Imports only: no torch op runs here (a forked child must not inherit a busy
+    first use. A module a child imports is imported again by every child (the worker never
+    sees it). Imports only: no torch op runs here (a forked child must not inherit a busy
     thread pool).
     """
     import torch._dynamo
     import torch.optim
-    import torch.utils.serialization  # noqa: F401  (torch.save imports it on first use)
+    import torch.utils.serialization  # what torch.save imports on first use
+
+    with contextlib.suppress(ImportError):  # what an optimizer step imports on first use
+        import torch.profiler._cupti_monitor  # noqa: F401
 
     import tuner.train.run  # noqa: F401  (the whole engine)
     from tuner.workloads._entry_points import import_entry_point, parse_entry_point

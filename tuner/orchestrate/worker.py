@@ -10,6 +10,7 @@ way the child can die into a recorded failure (and, when allowed, a retry that r
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import multiprocessing
 import os
@@ -267,6 +268,9 @@ class Worker:
         sys.stdout.flush()
         sys.stderr.flush()
         child = context.Process(target=trial_main, args=(writer, job, self.options.threads), daemon=True)
+        # as Python's gc docs advise before a fork: the child's collections then skip the
+        # worker's objects instead of touching (and so copying) every page that holds one
+        gc.freeze()
         child.start()
         writer.close()
         started = time.monotonic()
