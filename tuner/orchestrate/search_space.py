@@ -1,9 +1,9 @@
 """The study's search space as Optuna distributions, and quasi-random points in it.
 
-Round 1 is quasi-random by default (the playbook's choice for exploration): the points of a
-scrambled Halton sequence are computed up front, one per slot, so they cover the space evenly
-from the very first trials, whatever the number of workers, and re-running with a larger budget
-continues the same sequence. Optuna's own QMC sampler only learns the space from the first
+Round 1 is quasi-random by default (the playbook's choice for exploration): slot ``i`` trains
+point ``i`` of a scrambled Halton sequence, so the points cover the space evenly from the very
+first trials, whatever the number of workers, and re-running with a larger budget continues the
+same sequence. Optuna's own QMC sampler only learns the space from the first
 finished trial, so its first parallel trials would be plain random.
 """
 
