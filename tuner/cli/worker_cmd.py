@@ -14,6 +14,7 @@ import typer
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.errors import UsageError
+from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
 from tuner.spec import load_study
 from tuner.workloads import check_study
@@ -21,7 +22,13 @@ from tuner.workloads import check_study
 PHASE_WAIT_S = 300.0
 
 
-def _wait_for_phase(storage: Any, study: str, phase: str) -> Any:
+def _stop_if_signalled(signals: SignalFlag) -> None:
+    """A stop that came while we were starting up: leave now, cleanly (exit 130)."""
+    if signals.count:
+        raise KeyboardInterrupt
+
+
+def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -> Any:
     """The phase; a worker started by ``run-round`` may be up before the phase is created."""
     from tuner.orchestrate.phase import open_phase
 
@@ -32,7 +39,8 @@ def _wait_for_phase(storage: Any, study: str, phase: str) -> Any:
         except UsageError:
             if time.monotonic() >= deadline:
                 raise
-            time.sleep(0.2)
+            _stop_if_signalled(signals)
+            signals.sleep(0.2)
 
 
 @guarded
@@ -58,9 +66,9 @@ def worker(
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
     from tuner.orchestrate.trial_process import die_with_parent
 
-    # until the worker loop takes over signals: a stop while starting up (importing torch takes
-    # seconds) is a clean interruption (exit 130), not a death by SIGTERM
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # signals are counted from the start: a stop while starting up (importing torch takes
+    # seconds) is a clean interruption at the next safe point (exit 130), not a death by SIGTERM
+    signals = SignalFlag().__enter__()
     if os.environ.get(DIE_WITH_PARENT_ENV):
         die_with_parent(signal.SIGTERM)  # started by run-round: stop cleanly when it goes
     if device is not None:
@@ -80,9 +88,10 @@ def worker(
     spec = loaded.spec
     plan = phase_plan(loaded, phase, output_dir)
     warm_up(spec, loaded.base_dir)
+    _stop_if_signalled(signals)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
     opened = open_worker_storage(url)
-    started_with = _wait_for_phase(opened, spec.name, phase).user_attrs.get(CONFIG_HASH_ATTR)
+    started_with = _wait_for_phase(opened, spec.name, phase, signals).user_attrs.get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):
         raise UsageError(
             f"{path} does not match the study file that started {spec.name}/{phase} "
@@ -104,6 +113,7 @@ def worker(
             on_trial_end=None if quiet else lambda trial: out.print(trial_line(trial, spec.objective.metric)),
         ),
         opened,
+        signals,
     )
     detail = f": {result.message}" if result.message else ""
     out.print(f"worker: {result.trials_run} trials run; {result.outcome}{detail}")

@@ -98,7 +98,9 @@ def open_worker_storage(url: str) -> Any:
 
 
 class Worker:
-    def __init__(self, options: WorkerOptions, storage: Any = None) -> None:
+    def __init__(
+        self, options: WorkerOptions, storage: Any = None, signals: SignalFlag | None = None
+    ) -> None:
         self.options = options
         self.heartbeat_s, _ = heartbeat_settings()
         # opening a storage costs ~0.3 s of CPU (schema checks): reuse the caller's if it has one
@@ -109,7 +111,7 @@ class Worker:
         self.label = options.label or f"{socket.gethostname()}:{os.getpid()}"
         self.version = code_version(options.code_dir)
         self.status_file = options.phase_dir / ".workers" / f"{self.label.replace('/', '_')}.json"
-        self.signals = SignalFlag()
+        self.signals = signals or SignalFlag()  # the caller's, if it counted signals while starting
         self._prepared: dict[int, TrialJob] = {}  # trial id -> job, for slots created complete
 
     # -- the loop ---------------------------------------------------------------------------
@@ -403,7 +405,10 @@ class Worker:
             )
 
 
-def run_worker(options: WorkerOptions, storage: Any = None) -> WorkerResult:
+def run_worker(
+    options: WorkerOptions, storage: Any = None, signals: SignalFlag | None = None
+) -> WorkerResult:
     """Serve one phase from this process (see ``Worker``); ``storage``: one already open for
-    ``options.storage_url`` with ``open_worker_storage``."""
-    return Worker(options, storage).run()
+    ``options.storage_url`` with ``open_worker_storage``; ``signals``: a ``SignalFlag`` already
+    counting (a stop received while starting up is then obeyed at once)."""
+    return Worker(options, storage, signals).run()
