@@ -12,8 +12,6 @@ from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.cli._phase_view import PhaseView, headline, now
 from tuner.errors import UsageError
-from tuner.spec import load_study
-from tuner.workloads import check_study
 
 if TYPE_CHECKING:
     from tuner.orchestrate import LocalWorker
@@ -58,6 +56,9 @@ def run_round(
     """Run a round's trials, one worker per device; re-run to continue after an interruption."""
     if round_number != 1:
         raise UsageError(f"--round {round_number}: only round 1 exists so far (round 2 is not built yet)")
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.orchestrate import LocalPool, local_workers, redact_url

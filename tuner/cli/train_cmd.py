@@ -9,8 +9,6 @@ import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
-from tuner.spec import load_study
-from tuner.workloads import check_study
 
 
 def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str:
@@ -35,6 +33,9 @@ def train(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show live progress."),
 ) -> None:
     """Train once with the fixed hyperparameters. Re-run after an interruption to continue."""
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.train import choose_run_dir, run_training  # torch: only when training

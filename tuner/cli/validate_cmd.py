@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from tuner.cli._console import out
 from tuner.cli._errors import guarded
 from tuner.errors import TunerError
-from tuner.spec import CategoricalParam, StudySpec, load_study
-from tuner.workloads import BUILTINS, check_study
+
+if TYPE_CHECKING:
+    from tuner.spec import StudySpec
 
 
 def describe_schedule(spec: StudySpec) -> str:
@@ -29,6 +31,9 @@ def describe_schedule(spec: StudySpec) -> str:
 
 
 def summary_lines(spec: StudySpec) -> list[str]:
+    from tuner.spec import CategoricalParam
+    from tuner.workloads import BUILTINS
+
     training = spec.training
     builtin = BUILTINS.get(spec.workload.name)
     workload = f"{spec.workload.name} (built-in: {builtin.summary})" if builtin else spec.workload.name
@@ -77,6 +82,9 @@ def validate(
     set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
     loaded = load_study(path, set_)
     check_study(loaded)
     out.print(f"{path}: valid")

@@ -16,8 +16,6 @@ from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
-from tuner.spec import load_study
-from tuner.workloads import check_study
 
 PHASE_WAIT_S = 300.0
 
@@ -75,6 +73,9 @@ def worker(
         if not device.isdigit():
             raise UsageError(f"--device expects a GPU id like 0, got {device!r}")
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.cli._phase_view import trial_line

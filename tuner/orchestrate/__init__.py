@@ -5,41 +5,43 @@ processes or ``tuner worker`` on other machines) start its trials, train each in
 and record the outcome. Nothing here knows the playbook: ``tuner.playbook`` says what to train.
 """
 
-from tuner.orchestrate.budget import PhaseCounts, count_trials, decide
-from tuner.orchestrate.phase import PhaseSettings, open_phase, optuna_study_name, start_phase
-from tuner.orchestrate.pool import LocalPool, LocalWorker, local_workers
-from tuner.orchestrate.search_space import distributions, quasi_random_point, random_point
-from tuner.orchestrate.storage import (
-    default_storage_url,
-    open_storage,
-    redact_url,
-    resolve_storage_url,
-    with_retries,
-)
-from tuner.orchestrate.trial_process import TrialJob
-from tuner.orchestrate.worker import WorkerOptions, WorkerResult, run_worker
+import importlib
+from typing import Any
 
-__all__ = [
-    "LocalPool",
-    "LocalWorker",
-    "PhaseCounts",
-    "PhaseSettings",
-    "TrialJob",
-    "WorkerOptions",
-    "WorkerResult",
-    "count_trials",
-    "decide",
-    "default_storage_url",
-    "distributions",
-    "local_workers",
-    "open_phase",
-    "open_storage",
-    "optuna_study_name",
-    "quasi_random_point",
-    "random_point",
-    "redact_url",
-    "resolve_storage_url",
-    "run_worker",
-    "start_phase",
-    "with_retries",
-]
+# Imported on first use (PEP 562): the CLI's progress view needs the budget counts, not the
+# worker (which pulls in the study-file models).
+_EXPORTS = {
+    "PhaseCounts": "tuner.orchestrate.budget",
+    "count_trials": "tuner.orchestrate.budget",
+    "decide": "tuner.orchestrate.budget",
+    "PhaseSettings": "tuner.orchestrate.phase",
+    "open_phase": "tuner.orchestrate.phase",
+    "optuna_study_name": "tuner.orchestrate.phase",
+    "start_phase": "tuner.orchestrate.phase",
+    "LocalPool": "tuner.orchestrate.pool",
+    "LocalWorker": "tuner.orchestrate.pool",
+    "local_workers": "tuner.orchestrate.pool",
+    "distributions": "tuner.orchestrate.search_space",
+    "quasi_random_point": "tuner.orchestrate.search_space",
+    "random_point": "tuner.orchestrate.search_space",
+    "default_storage_url": "tuner.orchestrate.storage",
+    "open_storage": "tuner.orchestrate.storage",
+    "redact_url": "tuner.orchestrate.storage",
+    "resolve_storage_url": "tuner.orchestrate.storage",
+    "with_retries": "tuner.orchestrate.storage",
+    "TrialJob": "tuner.orchestrate.trial_process",
+    "WorkerOptions": "tuner.orchestrate.worker",
+    "WorkerResult": "tuner.orchestrate.worker",
+    "run_worker": "tuner.orchestrate.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tuner.orchestrate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_EXPORTS)
