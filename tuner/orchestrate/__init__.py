@@ -5,8 +5,7 @@ processes or ``tuner worker`` on other machines) start its trials, train each in
 and record the outcome. Nothing here knows the playbook: ``tuner.playbook`` says what to train.
 """
 
-import importlib
-from typing import Any
+from tuner._lazy import lazy_exports
 
 # Imported on first use (PEP 562): the CLI's progress view needs the budget counts, not the
 # worker (which pulls in the study-file models).
@@ -36,12 +35,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tuner.orchestrate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,6 @@
 """The study file: typed models, loading with positions, dotted keys, one-line errors."""
 
-import importlib
-from typing import Any
+from tuner._lazy import lazy_exports
 
 # Imported on first use (PEP 562): building the pydantic models costs ~0.25 s, which
 # ``tuner --help`` (and ``tuner init``, which only needs the templates) should not pay.
@@ -23,12 +22,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tuner.spec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

@@ -3,8 +3,7 @@
 It knows nothing of Optuna: the orchestrator talks to it through callbacks.
 """
 
-import importlib
-from typing import Any
+from tuner._lazy import lazy_exports
 
 # Imported on first use (PEP 562): a command that only needs, say, ``tuner.train.schedules``
 # does not pay for importing torch.
@@ -35,12 +34,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'tuner.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 __all__ = [
