@@ -99,16 +99,15 @@ def _reporter(connection: Any, metric: str) -> Any:
             if not self.healthy:
                 self.healthy = True
                 connection.send(("healthy", loop.step))
-            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
-                self._report_checkpoint()
+            self._report_saved_checkpoint()
 
         def on_fit_end(self, loop: Any) -> None:  # after the writer's flush (order 10 < 20)
-            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
-                self._report_checkpoint()
+            self._report_saved_checkpoint()
 
-        def _report_checkpoint(self) -> None:
-            self.reported = self.checkpoints.saved_step
-            connection.send(("checkpoint", self.reported))
+        def _report_saved_checkpoint(self) -> None:
+            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
+                self.reported = self.checkpoints.saved_step
+                connection.send(("checkpoint", self.reported))
 
         def on_eval_end(self, loop: Any) -> None:
             value = loop.last_eval.get(metric)
