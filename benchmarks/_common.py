@@ -1,15 +1,21 @@
-"""Shared pieces of the benchmarks: results, interleaved timing, medians, the summary table.
+"""Shared pieces of the benchmarks: results, interleaved timing, paired ratios, the summary table.
 
 Every figure is a ratio against a baseline measured in the same process run, interleaved with it
-(A, B, A, B...), so a machine that is busy or throttled slows both sides alike.
+(A, B, B, A...), so a machine that is busy or throttled slows both sides alike. On a shared VM
+the CPU's speed also jumps between runs of the very same code (seen here: the same digits CNN
+step at 6.2 ms and at 9.0 ms, minutes apart, on an idle guest): the in-process comparisons
+therefore run on one core, as many short pairs, and report the median of the per-pair ratios
+with its 95% confidence interval, so a reader sees how far a verdict stands from the noise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +56,7 @@ def interleaved(
         order = list(runs) if rep % 2 == 0 else list(reversed(runs))
         for name in order:
             times[name].append(runs[name]())
-        if label:
+        if label and ((rep + 1) % 10 == 0 or rep + 1 == repetitions):  # a sign of life, not a log
             last = "  ".join(f"{name} {times[name][-1]:.3f}s" for name in runs)
             print(f"  {label} rep {rep + 1}/{repetitions}: {last}", flush=True)
     return times
@@ -60,11 +66,56 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
-    """Median of ``a[i] / b[i]``: each round's two runs are close in time, so this shrugs off
-    a slow patch of the machine better than the ratio of medians does (shown as a cross-check).
+@dataclass(frozen=True)
+class PairedRatio:
+    """The median of ``a[i] / b[i]`` over ``pairs`` pairs, and its 95% confidence interval."""
+
+    median: float
+    low: float
+    high: float
+    pairs: int
+
+    def __str__(self) -> str:
+        return f"{self.median:.4f} (95% CI {self.low:.4f}..{self.high:.4f}, {self.pairs} pairs)"
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> PairedRatio:
+    """Median of ``a[i] / b[i]``: the two runs of a pair are close in time, so a slow patch of
+    the machine mostly hits both; one it hits alone makes an outlier, which the median ignores.
+
+    The interval is the distribution-free one of a median (order statistics, normal
+    approximation of the binomial): no assumption about how the machine's noise is shaped.
     """
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+    ratios = sorted(x / y for x, y in zip(a, b, strict=True))
+    pairs = len(ratios)
+    k = max(0, math.floor((pairs - 1.96 * math.sqrt(pairs)) / 2))
+    return PairedRatio(statistics.median(ratios), ratios[k], ratios[pairs - 1 - k], pairs)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """Median of ``a[i] - b[i]`` (seconds): what one side adds to the other, pair by pair."""
+    return statistics.median(x - y for x, y in zip(a, b, strict=True))
+
+
+@contextlib.contextmanager
+def one_core() -> Iterator[str]:
+    """Pin the calling thread (and the threads it starts) to one core while timing.
+
+    Both sides of a comparison then run on the same core: on a VM the two cores can differ in
+    speed (a busy neighbour on one), which otherwise lands on whichever side ran there. A
+    background thread (the checkpoint writer) shares that core too, so its cost is counted,
+    never hidden on the other core. Restores the previous affinity; a no-op off Linux.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        yield "not pinned (no sched_setaffinity here)"
+        return
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield f"pinned to core {core}"
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def load() -> str:

@@ -4,7 +4,10 @@ Both sides train digits MLP with the same evaluator (built as ``run.py``'s ``bui
 does), at the default eval interval, with the callbacks ``run.py`` adds (objective tracker, CSV
 and predictions logs, progress on a non-terminal console; TensorBoard off). The only difference:
 one adds ``CheckpointCallback(keep_best=3)``, the other has no checkpoint callback at all.
-Runs alternate; the figure is the ratio of their medians. Each run gets a fresh folder.
+Runs alternate, pinned to one core (the background checkpoint writer shares the training's
+core, so its cost cannot hide on the other one), as many short pairs; the figure is the median
+of the per-pair ratios with its 95% confidence interval (see ``_common``). Each run gets a fresh
+folder.
 
 Run alone: ``python -m benchmarks.checkpoint_cost``.
 """
@@ -21,7 +24,18 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from benchmarks._common import Result, interleaved, load, median, paired_ratio, report, spread, stopwatch
+from benchmarks._common import (
+    Result,
+    interleaved,
+    load,
+    median,
+    one_core,
+    paired_difference,
+    paired_ratio,
+    report,
+    spread,
+    stopwatch,
+)
 from tuner.spec import StudySpec
 from tuner.train.checkpoints import LATEST, CheckpointCallback
 from tuner.train.data import StepBatches
@@ -39,8 +53,8 @@ from tuner.workloads import Workload, build_workload
 
 NAME = "checkpoint_cost"
 THREADS = 1
-REPETITIONS = 7
-STEPS = 1000  # 10 evals (and checkpoints) at the default eval_every of 100
+REPETITIONS = 31
+STEPS = 500  # 5 evals (and checkpoints) at the default eval_every of 100; ~0.6 s a run here
 KEEP_BEST = 3
 TARGET = 1.05
 RUN_SEED = 7
@@ -131,13 +145,13 @@ class _Bench:
 
 def run(repetitions: int = REPETITIONS) -> list[Result]:
     torch.set_num_threads(THREADS)
-    with tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
+    with one_core() as pinned, tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
         bench = _Bench(Path(tmp))
         training = bench.spec.training
         print(
             f"== {NAME}: digits MLP, {STEPS} steps, eval every {training.eval_every}, "
-            f"top-{KEEP_BEST} checkpoints vs none, median of {repetitions}, "
-            f"torch.set_num_threads({THREADS}); run folders in {tempfile.gettempdir()}"
+            f"top-{KEEP_BEST} checkpoints vs none, {repetitions} pairs, "
+            f"torch.set_num_threads({THREADS}), {pinned}; run folders in {tempfile.gettempdir()}"
         )
         bench.run(True), bench.run(False)  # warm-up, untimed
         bench.checkpoint_seconds.clear()
@@ -147,21 +161,25 @@ def run(repetitions: int = REPETITIONS) -> list[Result]:
             label="checkpoint",
         )
     with_ckpt, without = median(times["checkpoints"]), median(times["none"])
-    ratio = with_ckpt / without
+    paired = paired_ratio(times["checkpoints"], times["none"])
+    ratio = paired.median
     per_checkpoint_ms = median(bench.checkpoint_seconds) * 1e3
-    derived_ms = (with_ckpt - without) / max(bench.checkpoints_per_run, 1) * 1e3
+    derived_ms = (
+        paired_difference(times["checkpoints"], times["none"]) / max(bench.checkpoints_per_run, 1) * 1e3
+    )
     size_kb = bench.checkpoint_bytes / 1024
     print(
         f"  with checkpoints {with_ckpt:.3f}s ({spread(times['checkpoints'])})  "
         f"none {without:.3f}s ({spread(times['none'])})\n"
-        f"  ratio {ratio:.4f} (target <= {TARGET}; median of the per-round ratios "
-        f"{paired_ratio(times['checkpoints'], times['none']):.4f})  [{load()}]\n"
+        f"  checkpoints/none {paired}, target <= {TARGET}; ratio of the medians "
+        f"{with_ckpt / without:.4f}  [{load()}]\n"
         f"  {bench.checkpoints_per_run} checkpoints per run, "
         f"latest.pt {size_kb:.0f} KiB, {per_checkpoint_ms:.2f} ms per checkpoint "
-        f"(median of on_checkpoint; {derived_ms:.2f} ms from the wall-time difference)"
+        f"(median of on_checkpoint; {derived_ms:.2f} ms from the per-pair wall-time difference)"
     )
     return [
         Result(NAME, "top-3 checkpoints/none", ratio, "{:.4f}", f"<= {TARGET}", ratio <= TARGET),
+        Result(NAME, "top-3 checkpoints/none 95% CI", paired.low, f"{{:.4f}}..{paired.high:.4f}"),
         Result(NAME, "ms per checkpoint", per_checkpoint_ms, "{:.2f} ms"),
         Result(NAME, "checkpoint file size", size_kb, "{:.0f} KiB"),
         Result(NAME, "with checkpoints median", with_ckpt, "{:.3f} s"),

@@ -5,8 +5,11 @@ The engine is ``Trainer`` with its default callbacks (``CsvLogger`` to a temp fi
 model (same initial weights, a deepcopy of one seeded build) on the same batches in the same order
 (the engine's per-epoch seeded permutation) with the same optimizer (AdamW, constant LR):
 forward, per-item cross entropy + mean, ``zero_grad(set_to_none=True)``, backward,
-``loss.item()``, ``optimizer.step()``. Engine and hand runs alternate; the figure is the ratio of
-their medians. An untimed run of each first checks their per-step losses are bit-identical.
+``loss.item()``, ``optimizer.step()``. Engine and hand runs alternate, pinned to one core, as
+many short pairs (each run ~0.4 s: long enough that the engine's per-run set-up inside ``fit``
+weighs under 1%); the figure is the median of the per-pair ratios, with its 95% confidence
+interval (see ``_common``). An untimed run of each first checks their per-step losses are
+bit-identical.
 
 Run alone: ``python -m benchmarks.loop_overhead``.
 """
@@ -25,7 +28,18 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 
-from benchmarks._common import Result, interleaved, load, median, paired_ratio, report, spread, stopwatch
+from benchmarks._common import (
+    Result,
+    interleaved,
+    load,
+    median,
+    one_core,
+    paired_difference,
+    paired_ratio,
+    report,
+    spread,
+    stopwatch,
+)
 from tuner.spec import OptimizerSpec, ScheduleSegment, TrainingSpec
 from tuner.train.data import StepBatches, epoch_seed
 from tuner.train.events import Callback
@@ -40,7 +54,7 @@ from tuner.workloads.digits import build_cnn, build_mlp
 
 NAME = "loop_overhead"
 THREADS = 1
-REPETITIONS = 9
+REPETITIONS = 31
 BATCH_SIZE = 64
 LR = 1e-3
 INIT_SEED = 0  # the model's initial weights
@@ -56,10 +70,11 @@ class Case:
     target: float
 
 
-# Steps chosen so one run takes 1.5-2 s on a 2-core CPU with one torch thread.
+# Steps chosen so one run takes ~0.4 s here with one torch thread: many short pairs beat a few
+# long ones on a machine whose speed drifts (see _common).
 CASES = (
-    Case("digits MLP", build_mlp, steps=2000, target=1.05),
-    Case("digits CNN", build_cnn, steps=400, target=1.02),
+    Case("digits MLP", build_mlp, steps=500, target=1.05),
+    Case("digits CNN", build_cnn, steps=60, target=1.02),
 )
 
 
@@ -147,7 +162,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[Result]:
     workload = build_workload(case)
-    print(f"\n{case.label}: batch {BATCH_SIZE}, {case.steps} steps, AdamW lr {LR:g}, median of {repetitions}")
+    print(f"\n{case.label}: batch {BATCH_SIZE}, {case.steps} steps, AdamW lr {LR:g}, {repetitions} pairs")
 
     # Untimed: the equality check (it also warms up both paths).
     recorder = _LossRecorder()
@@ -169,16 +184,17 @@ def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[R
         label=case.label,
     )
     engine, hand = median(times["engine"]), median(times["hand"])
-    ratio = engine / hand
-    overhead_us = (engine - hand) / case.steps * 1e6
+    paired = paired_ratio(times["engine"], times["hand"])
+    ratio = paired.median
+    overhead_us = paired_difference(times["engine"], times["hand"]) / case.steps * 1e6
     print(
         f"  engine {engine:.3f}s ({spread(times['engine'])})  hand {hand:.3f}s ({spread(times['hand'])})\n"
-        f"  ratio engine/hand {ratio:.4f} (target <= {case.target}; median of the per-round ratios "
-        f"{paired_ratio(times['engine'], times['hand']):.4f})  "
-        f"overhead {overhead_us:.1f} us/step of {hand / case.steps * 1e6:.0f} us/step  [{load()}]"
+        f"  engine/hand {paired}, target <= {case.target}; ratio of the medians {engine / hand:.4f}\n"
+        f"  overhead {overhead_us:.1f} us/step of {hand / case.steps * 1e6:.0f} us/step  [{load()}]"
     )
     return [
         Result(NAME, f"{case.label} engine/hand", ratio, "{:.4f}", f"<= {case.target}", ratio <= case.target),
+        Result(NAME, f"{case.label} engine/hand 95% CI", paired.low, f"{{:.4f}}..{paired.high:.4f}"),
         Result(NAME, f"{case.label} overhead/step", overhead_us, "{:.1f} us"),
         Result(NAME, f"{case.label} engine median", engine, "{:.3f} s"),
         Result(NAME, f"{case.label} hand median", hand, "{:.3f} s"),
@@ -195,9 +211,9 @@ def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[R
 
 def run() -> list[Result]:
     torch.set_num_threads(THREADS)
-    print(f"== {NAME}: engine vs hand-written loop, torch.set_num_threads({THREADS}) for stable figures")
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
+    with one_core() as pinned, tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
+        print(f"== {NAME}: engine vs hand-written loop, torch.set_num_threads({THREADS}), {pinned}")
         for case in CASES:
             results += run_case(case, Path(tmp))
     return results
