@@ -1,4 +1,4 @@
-"""Atomic file writes (temp file in the same folder + fsync + rename).
+"""Atomic file writes (temp file in the same folder + fsync + rename + fsync of the folder).
 
 A reader, or a run resumed after a kill, sees the old file or the new one, never half of one.
 """
@@ -15,7 +15,9 @@ from typing import IO, Any
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable: bool = True) -> None:
     """Call ``write(file)`` on a temp file next to ``path``, then rename it over ``path``.
 
-    ``durable`` fsyncs before the rename so a machine crash cannot leave an empty file.
+    ``durable`` fsyncs the file before the rename, so a machine crash cannot leave an empty file,
+    and the folder after it: the rename itself is only on disk once its directory is (POSIX),
+    else a power cut may bring the old file back.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one writer per process and file
@@ -35,6 +37,19 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if durable:
+        _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # a platform whose folders cannot be opened (Windows): nothing to sync
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: str | Path, text: str, *, durable: bool = True) -> None:

@@ -36,6 +36,19 @@ def test_tensorboard_gets_one_folder_per_run_with_eval_scalars(make_study, tmp_p
     assert "train/step_loss" in events.Tags()["scalars"]
 
 
+def test_final_train_loss_is_logged_when_off_the_log_interval(make_study, tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    loaded = make_study(max_train_steps=23, eval_every=10, log_every=5, tensorboard=True)
+    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/step_loss")] == [5, 10, 15, 20, 23]
+    with (tmp_path / "run" / "metrics.csv").open() as handle:
+        logged = [int(row["step"]) for row in csv.DictReader(handle) if row["train/step_loss"]]
+    assert logged == [5, 10, 15, 20, 23]
+
+
 def test_partial_eval_batches_weigh_by_real_examples(make_study) -> None:
     loaded = make_study()
     workload = build_workload(loaded.spec, loaded.base_dir, init_seed=0)
@@ -77,3 +90,33 @@ def test_batches_cover_each_epoch_once(make_study) -> None:
     epoch = torch.cat([batches.indices(step) for step in range(batches.steps_per_epoch)])
     assert len(set(epoch.tolist())) == len(epoch) == batches.steps_per_epoch * 32
     assert not torch.equal(batches.indices(0), batches.indices(batches.steps_per_epoch))  # reshuffled
+
+
+def test_prediction_sample_is_scored_in_eval_batches(make_study) -> None:
+    loaded = make_study()
+    workload = build_workload(loaded.spec, loaded.base_dir, init_seed=0)
+    sample = torch.arange(0, 50, 2)  # 25 examples
+
+    def predictions(batch_size: int) -> tuple[list[dict], list[int]]:
+        seen: list[int] = []
+        hook = workload.model.register_forward_hook(lambda module, args, output: seen.append(len(args[0])))
+        evaluator = Evaluator(
+            {"val": workload.eval_data},
+            loss_fn=cross_entropy_per_item,
+            metrics=["loss"],
+            num_classes=10,
+            batch_size=batch_size,
+            prediction_indices=sample,
+        )
+        try:
+            return evaluator.run(workload.model)[1], seen
+        finally:
+            hook.remove()
+
+    batched, batch_sizes = predictions(8)
+    whole, _ = predictions(1000)
+    assert max(batch_sizes) == 8  # metrics and the 25-example sample alike: never more than a batch
+    assert [row["example"] for row in batched] == sample.tolist()
+    pairs = [[(r["prediction"], r["target"]) for r in rows] for rows in (batched, whole)]
+    assert pairs[0] == pairs[1]
+    assert all(abs(a["loss"] - b["loss"]) <= 1e-5 for a, b in zip(batched, whole, strict=True))

@@ -51,6 +51,21 @@ def test_resume_continues_bit_for_bit(make_study, tmp_path: Path, stop_at: int) 
     assert (second.best_value, second.best_step) == (straight.best_value, straight.best_step)
 
 
+def test_elapsed_time_continues_after_a_resume(make_study, tmp_path: Path) -> None:
+    loaded = make_study(max_train_steps=60, eval_every=20, log_every=1)
+    run = tmp_path / "run"
+    stop = [InterruptAt(40)]
+    run_training(loaded.spec, run, base_dir=loaded.base_dir, extra_callbacks=stop, progress=False)
+    with (run / "metrics.csv").open() as handle:
+        before = {int(r["step"]): float(r["elapsed_s"]) for r in csv.DictReader(handle)}
+    run_training(loaded.spec, run, base_dir=loaded.base_dir, progress=False)
+    with (run / "metrics.csv").open() as handle:
+        elapsed = [float(r["elapsed_s"]) for r in csv.DictReader(handle)]
+    assert len(elapsed) == 60
+    assert elapsed == sorted(elapsed)  # training time never jumps back to 0 at the resume
+    assert elapsed[40] >= before[40]  # step 41 comes after the checkpoint's time at step 40
+
+
 def test_keeps_the_n_best_plus_latest(make_study, tmp_path: Path) -> None:
     loaded = make_study(max_train_steps=100, eval_every=10, keep_best_checkpoints=3)
     run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
@@ -151,3 +166,6 @@ def test_fsync_checkpoints_chooses_whether_checkpoints_survive_a_power_cut(
     run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
     checkpoint_syncs = [path for path in synced if ".latest.pt." in path]
     assert len(checkpoint_syncs) == (2 if fsync else 0)
+    # the rename is durable only once the folder holding it is synced too
+    folder_syncs = [path for path in synced if path == str(tmp_path / "run" / "checkpoints")]
+    assert len(folder_syncs) == (2 if fsync else 0)

@@ -88,24 +88,26 @@ class Evaluator:
         return results, predictions
 
     def _predictions(self, model: torch.nn.Module) -> list[dict[str, Any]]:
+        """The sample's rows, scored ``batch_size`` examples at a time like the metrics (a large
+        sample of long sequences must not need more memory than an eval batch)."""
         if len(self.prediction_indices) == 0:
             return []
         split, dataset = next(iter(self.splits.items()))
-        logits, targets, losses = self._logits_and_losses(model, dataset, self.prediction_indices)
-        probabilities = logits.float().softmax(dim=-1)
-        confidence, predicted = probabilities.max(dim=-1)
         rows = []
-        for row, index in enumerate(self.prediction_indices.tolist()):
-            rows.append(
-                {
-                    "split": split,
-                    "example": index,
-                    "target": _flat(targets[row]),
-                    "prediction": _flat(predicted[row]),
-                    "confidence": round(float(confidence[row].float().mean()), 6),
-                    "loss": round(float(losses[row].float().mean()), 6),
-                }
-            )
+        for batch in self.prediction_indices.split(self.batch_size):
+            logits, targets, losses = self._logits_and_losses(model, dataset, batch)
+            confidence, predicted = logits.float().softmax(dim=-1).max(dim=-1)
+            for row, index in enumerate(batch.tolist()):
+                rows.append(
+                    {
+                        "split": split,
+                        "example": index,
+                        "target": _flat(targets[row]),
+                        "prediction": _flat(predicted[row]),
+                        "confidence": round(float(confidence[row].float().mean()), 6),
+                        "loss": round(float(losses[row].float().mean()), 6),
+                    }
+                )
         return rows
 
 

@@ -21,6 +21,11 @@ from tuner.train.events import Callback
 TRAIN_COLUMNS = ("step", "lr", "train/step_loss", "elapsed_s")
 
 
+def is_logged_step(step: int, log_every: int, max_train_steps: int) -> bool:
+    """Train values are logged every ``log_every`` steps and at the last step (the final loss)."""
+    return step % log_every == 0 or step == max_train_steps
+
+
 def _truncate_after(path: Path, step: int) -> bool:
     """Keep the header and rows with ``step <= step``; False if the file is absent or empty."""
     if not path.exists() or path.stat().st_size == 0:
@@ -66,7 +71,11 @@ class _CsvFile:
 
 
 class CsvLogger(Callback):
-    """Writes ``metrics.csv``: train columns every ``log_every`` steps, eval columns at evals."""
+    """Writes ``metrics.csv``: train columns every ``log_every`` steps, eval columns at evals.
+
+    ``elapsed_s`` is training time: a resumed run continues from the time its checkpoint
+    recorded (the time between a kill and the resume is not training).
+    """
 
     order = 20
 
@@ -75,6 +84,7 @@ class CsvLogger(Callback):
         self.log_every = log_every
         self._pending: dict[str, Any] | None = None
         self._started = 0.0
+        self._resumed_elapsed_s = 0.0
 
     def _flush(self) -> None:
         if self._pending is not None:
@@ -87,18 +97,17 @@ class CsvLogger(Callback):
             self._pending = {"step": loop.step}
         return self._pending
 
+    def _elapsed_s(self) -> float:
+        return time.perf_counter() - self._started
+
     def on_fit_start(self, loop: Any) -> None:
-        self._started = time.perf_counter()
+        self._started = time.perf_counter() - self._resumed_elapsed_s
         self.file.open(loop.step)
 
     def on_train_step_end(self, loop: Any) -> None:
-        if loop.step % self.log_every == 0 or loop.step == loop.max_train_steps:
+        if is_logged_step(loop.step, self.log_every, loop.max_train_steps):
             self._row(loop).update(
-                {
-                    "lr": loop.lr,
-                    "train/step_loss": loop.last_loss,
-                    "elapsed_s": round(time.perf_counter() - self._started, 4),
-                }
+                {"lr": loop.lr, "train/step_loss": loop.last_loss, "elapsed_s": round(self._elapsed_s(), 4)}
             )
 
     def on_eval_end(self, loop: Any) -> None:
@@ -112,6 +121,12 @@ class CsvLogger(Callback):
         self.file.close()
 
     on_exception = on_fit_end
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"elapsed_s": self._elapsed_s()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resumed_elapsed_s = float(state.get("elapsed_s", 0.0))
 
 
 class PredictionsLogger(Callback):
@@ -152,7 +167,7 @@ class TensorBoardLogger(Callback):
         self.writer = SummaryWriter(str(self.folder), purge_step=loop.step + 1 if loop.step else None)
 
     def on_train_step_end(self, loop: Any) -> None:
-        if loop.step % self.log_every == 0:
+        if is_logged_step(loop.step, self.log_every, loop.max_train_steps):
             self.writer.add_scalar("train/step_loss", loop.last_loss, loop.step)
             self.writer.add_scalar("lr", loop.lr, loop.step)
 
