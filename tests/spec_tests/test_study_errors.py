@@ -252,17 +252,19 @@ def test_python_tags_are_refused_and_never_run(tag: str, tmp_path: Path) -> None
     [
         pytest.param(
             BASE_YAML + "seed: 1\n",
-            "study.yaml:17:1: duplicate key 'seed' (the second one would silently win)",
+            "study.yaml:17:1: seed: duplicate key 'seed' (the second one would silently win)",
             id="top-level",
         ),
         pytest.param(
             mutate("  eval_every: 10", "  batch_size: 32"),
-            "study.yaml:11:3: duplicate key 'batch_size' (the second one would silently win)",
+            "study.yaml:11:3: training.batch_size: duplicate key 'batch_size' "
+            "(the second one would silently win)",
             id="nested",
         ),
         pytest.param(
             mutate("log: true}", "log: true, low: 0.1}"),
-            "study.yaml:16:69: duplicate key 'low' (the second one would silently win)",
+            "study.yaml:16:69: search_space[optimizer.lr].low: duplicate key 'low' "
+            "(the second one would silently win)",
             id="flow-mapping",
         ),
     ],

@@ -14,8 +14,15 @@ from typing import Any
 import yaml
 
 from tuner.errors import SpecError
+from tuner.spec._paths import Path_, format_path
 
-Path_ = tuple[str | int, ...]
+
+class _DuplicateKey(SpecError):
+    """A duplicated key; ``key_node`` lets the document-level code name the field it is in."""
+
+    def __init__(self, message: str, key_node: yaml.Node) -> None:
+        super().__init__(message, line=key_node.start_mark.line + 1, column=key_node.start_mark.column + 1)
+        self.key_node = key_node
 
 
 class _StudyLoader(yaml.SafeLoader):
@@ -43,11 +50,7 @@ class _StudyLoader(yaml.SafeLoader):
                     column=key_node.start_mark.column + 1,
                 )
             if key in seen:
-                raise SpecError(
-                    f"duplicate key {key!r} (the second one would silently win)",
-                    line=key_node.start_mark.line + 1,
-                    column=key_node.start_mark.column + 1,
-                )
+                raise _DuplicateKey(f"duplicate key {key!r} (the second one would silently win)", key_node)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -95,6 +98,26 @@ def _walk(loader: _StudyLoader, node: yaml.Node, path: Path_, positions: Positio
             _walk(loader, item, (*path, index), positions)
 
 
+def _path_to(loader: _StudyLoader, node: yaml.Node, target: yaml.Node, path: Path_ = ()) -> Path_ | None:
+    """The path of the key ``target`` in the tree under ``node`` (None if it is not there)."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            child = (*path, loader.construct_object(key_node))
+            if key_node is target:
+                return child
+            found = _path_to(loader, value_node, target, child)
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found = _path_to(loader, item, target, (*path, index))
+            if found is not None:
+                return found
+    return None
+
+
 def load_yaml_with_positions(text: str, source: str) -> tuple[Any, Positions]:
     """Parse ``text``; raise a located ``SpecError`` for syntax errors and unsafe tags."""
     loader = _StudyLoader(text)
@@ -107,8 +130,14 @@ def load_yaml_with_positions(text: str, source: str) -> tuple[Any, Positions]:
         _walk(loader, node, (), positions)
         return data, positions
     except SpecError as error:
-        error.path = source
-        raise SpecError(error.detail, path=source, line=error.line, column=error.column) from None
+        field_path = _path_to(loader, node, error.key_node) if isinstance(error, _DuplicateKey) else None
+        raise SpecError(
+            error.detail,
+            path=source,
+            line=error.line,
+            column=error.column,
+            field=format_path(field_path) if field_path else None,
+        ) from None
     except yaml.constructor.ConstructorError as error:
         mark = error.problem_mark
         tag = re.search(r"'(tag:[^']*|![^']*)'", str(error.problem))
