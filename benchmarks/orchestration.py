@@ -9,7 +9,9 @@ in the same run: 2 processes of ``study.optimize`` on an SQLite file whose objec
 (imports torch, trains one optimizer step per trial before spinning), which pays what any
 PyTorch trial pays once per process: importing torch and, at the first optimizer step,
 ``torch._dynamo`` (~4 s of CPU on the 2-core VM this was written on, against a 50 s ideal).
-Efficiency = ideal (ceil(trials / 2) x busy_s) / wall.
+Efficiency = ideal (ceil(trials / 2) x busy_s) / wall. The figure with a target is the ratio of
+ours to the fair baseline measured in the same run (the plain script that takes a torch step):
+an absolute efficiency would mostly measure how long this machine takes to import torch.
 
 Per-trial overhead, from the storage: a trial's wall (claim to tell) minus ``busy_s``, and minus
 the time its process spent inside ``run_training`` (``train_s``: what the orchestrator alone adds).
@@ -39,8 +41,9 @@ NAME = "orchestration"
 TRIALS = 100
 WORKERS = 2
 STEPS = 10
-EFFICIENCY_TARGET = 0.90
-OVERHEAD_TARGET_S = 0.15
+RATIO_TARGET = 0.95  # tuner / plain Optuna with a torch step, at 1 s trials
+OVERHEAD_TARGET_S = 0.05  # a trial's wall (claim to tell) minus its objective, median
+FIRST_TRIAL_TARGET_S = 2.0  # from the command's launch to the first trial's start
 
 _OPTUNA_SCRIPT = """
 import sys, time, optuna
@@ -196,29 +199,38 @@ def run(trials: int = TRIALS) -> list[Result]:
             print(f"    per trial, {label}: median {statistics.median(values):.3f}s  p90 {_p90(values):.3f}s")
         median_overhead = statistics.median(overheads["minus objective"])
         tag = f"{busy_s:g} s trials"
+        targeted = busy_s == 1.0  # the targets are set for 1 s trials; 0.2 s shows the trend
+        ratio = ours / plain_torch
         results += [
             Result(
                 NAME,
-                f"efficiency, {tag}",
-                ours,
+                f"tuner/plain optuna + torch step, {tag}",
+                ratio,
                 "{:.3f}",
-                f">= {EFFICIENCY_TARGET}",
-                ours >= EFFICIENCY_TARGET,
+                f">= {RATIO_TARGET}" if targeted else "",
+                ratio >= RATIO_TARGET if targeted else None,
             ),
-            Result(NAME, f"efficiency after start-up, {tag}", steady, "{:.3f}"),
-            Result(NAME, f"start-up to the first trial, {tag}", to_first_trial_s, "{:.2f} s"),
-            Result(NAME, f"plain optuna efficiency, {tag}", plain, "{:.3f}"),
-            Result(NAME, f"plain optuna + torch step efficiency, {tag}", plain_torch, "{:.3f}"),
-            Result(NAME, f"tuner/plain optuna, {tag}", ours / plain, "{:.3f}"),
-            Result(NAME, f"tuner/plain optuna + torch step, {tag}", ours / plain_torch, "{:.3f}"),
             Result(
                 NAME,
                 f"per-trial overhead median, {tag}",
                 median_overhead,
                 "{:.3f} s",
-                f"<= {OVERHEAD_TARGET_S} s",
-                median_overhead <= OVERHEAD_TARGET_S,
+                f"<= {OVERHEAD_TARGET_S} s" if targeted else "",
+                median_overhead <= OVERHEAD_TARGET_S if targeted else None,
             ),
+            Result(
+                NAME,
+                f"start-up to the first trial, {tag}",
+                to_first_trial_s,
+                "{:.2f} s",
+                f"<= {FIRST_TRIAL_TARGET_S} s" if targeted else "",
+                to_first_trial_s <= FIRST_TRIAL_TARGET_S if targeted else None,
+            ),
+            Result(NAME, f"efficiency, {tag}", ours, "{:.3f}"),
+            Result(NAME, f"efficiency after start-up, {tag}", steady, "{:.3f}"),
+            Result(NAME, f"plain optuna efficiency, {tag}", plain, "{:.3f}"),
+            Result(NAME, f"plain optuna + torch step efficiency, {tag}", plain_torch, "{:.3f}"),
+            Result(NAME, f"tuner/plain optuna, {tag}", ours / plain, "{:.3f}"),
         ]
     return results
 
