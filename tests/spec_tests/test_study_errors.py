@@ -500,7 +500,7 @@ def test_folder_instead_of_file() -> None:
 def test_file_not_utf8() -> None:
     Path("study.yaml").write_bytes(b"name: caf\xe9\n")
     message = single_error(invoke("validate", "study.yaml"))
-    assert message.startswith("study.yaml: cannot read: 'utf-8' codec can't decode byte 0xe9")
+    assert message == "study.yaml:1: not a UTF-8 text file (byte 0xe9 at offset 9); study files are YAML text"
 
 
 @pytest.mark.parametrize(
