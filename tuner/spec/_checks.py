@@ -40,3 +40,21 @@ def check_search_space(loaded: Any) -> None:
                     f"value {value!r} does not fit {format_path(target)}: {error.detail}",
                     at_key=True,
                 ) from None
+
+
+def check_schedule(loaded: Any) -> None:
+    """Fractions of the schedule that add up to more than 1 can never fit any run.
+
+    Whether steps fit ``max_train_steps`` (and a round's shorter trials) is checked where the
+    lengths are resolved (``tuner.train.schedules``), because that is where rounding happens.
+    """
+    total = 0.0
+    for index, segment in enumerate(loaded.spec.training.schedule):
+        if segment.fraction is None:
+            continue
+        total += segment.fraction
+        if total > 1 + 1e-9:
+            raise loaded.error(
+                ("training", "schedule", index, "fraction"),
+                f"the segments' fractions add up to {total:g} here, more than 1 (all of max_train_steps)",
+            )

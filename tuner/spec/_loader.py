@@ -194,9 +194,10 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
         override_texts[target] = text
     spec = _validate(document, source, positions, override_texts)
     loaded = LoadedStudy(spec, path, document, positions, override_texts)
-    from tuner.spec._checks import check_search_space
+    from tuner.spec._checks import check_schedule, check_search_space
 
     check_search_space(loaded)
+    check_schedule(loaded)
     return loaded
 
 
