@@ -147,9 +147,10 @@ def test_decay_reaches_its_end_at_the_last_step() -> None:
 
 
 def test_fractions_adding_up_to_more_than_one_are_refused() -> None:
-    with pytest.raises(ValueError, match="add up to 1.2, more than 1"):
+    with pytest.raises(ValueError, match=r"add up to 1\.2, more than 1"):
         build_schedule(
-            [ScheduleSegment(shape="linear", fraction=0.6), ScheduleSegment(shape="cosine", fraction=0.6)], 100
+            [ScheduleSegment(shape="linear", fraction=0.6), ScheduleSegment(shape="cosine", fraction=0.6)],
+            100,
         )
 
 

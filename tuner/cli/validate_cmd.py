@@ -82,10 +82,9 @@ def validate(
     set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
+    from tuner.playbook.phases import check_schedule_fits
     from tuner.spec import load_study
     from tuner.workloads import check_study
-
-    from tuner.playbook.phases import check_schedule_fits
 
     loaded = load_study(path, set_)
     check_study(loaded)
@@ -99,12 +98,14 @@ def validate(
 
 def notes(spec: StudySpec) -> list[str]:
     """What is valid but will stop a command, or is unwise: said now, not at the first trial."""
-    from tuner.spec._models import redact_storage_url
+    from tuner.spec import redact_storage_url
 
     lines = []
     if spec.training.max_train_steps is None:
         needs = "tuner train needs it" + (
-            "" if spec.rounds.round1.steps is not None else ", and so does run-round (or set rounds.round1.steps)"
+            ""
+            if spec.rounds.round1.steps is not None
+            else ", and so does run-round (or set rounds.round1.steps)"
         )
         lines.append(f"training.max_train_steps is not set: {needs}; --set max_train_steps=N works too")
     if spec.storage is not None and redact_storage_url(spec.storage) != spec.storage:

@@ -6,6 +6,7 @@ build the same plan from the same study file, so a trial is the same whoever run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -78,9 +79,11 @@ def reproduce_command(
     Paths are absolute so the command works from any folder; the overrides come first, so the
     trial's own values and length win exactly as they did in the trial.
     """
+    from tuner.spec import redact_storage_url
+
     words = ["tuner", "train", str(Path(study_path).resolve())]
     for text in overrides:
-        words += ["--set", text]
+        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
     for key, value in values.items():
         words += ["--set", f"{key}={_format_value(value)}"]
     words += ["--set", f"max_train_steps={steps}", "--output-dir", str(Path(output_dir).resolve())]
@@ -125,10 +128,8 @@ def check_schedule_fits(loaded: LoadedStudy) -> None:
     if spec.training.max_train_steps is not None:
         lengths.append((spec.training.max_train_steps, "training.max_train_steps"))
     if spec.search_space:
-        try:
+        with contextlib.suppress(UsageError):  # no length to check against yet
             lengths.append((round_steps(spec, spec.rounds.round1, 1), "round 1's trials"))
-        except UsageError:
-            pass  # no length to check against yet
     for total, what in lengths:
         try:
             build_schedule(spec.training.schedule, total)

@@ -77,7 +77,10 @@ class BuiltinWorkload:
 
 BUILTINS: dict[str, BuiltinWorkload] = {
     "digits-mlp": BuiltinWorkload(
-        "tuner.workloads.digits:build_mlp", DigitsMlpOptions, "MLP on scikit-learn's 8x8 digits", DIGITS_METRICS
+        "tuner.workloads.digits:build_mlp",
+        DigitsMlpOptions,
+        "MLP on scikit-learn's 8x8 digits",
+        DIGITS_METRICS,
     ),
     "digits-cnn": BuiltinWorkload(
         "tuner.workloads.digits:build_cnn",

@@ -57,7 +57,7 @@ def _check_metric(loaded: LoadedStudy, path: tuple[str, ...], metric: str) -> No
         choices = [f"{s}/{m}" for s in _SPLITS for m in computed]
         what = f"{loaded.spec.workload.name} computes"
     else:
-        if name in KNOWN_METRICS and name != "per_class" or _PER_CLASS.fullmatch(name):
+        if (name in KNOWN_METRICS and name != "per_class") or _PER_CLASS.fullmatch(name):
             return
         choices = [f"{s}/{m}" for s in _SPLITS for m in KNOWN_METRICS if m != "per_class"]
         what = "tuner computes (for any workload)"
