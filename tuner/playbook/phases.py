@@ -145,6 +145,7 @@ def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
     if phase != "round-1":
         known = ", ".join(ROUND_PHASES.values())
         raise UsageError(f"unknown phase {phase!r}; phases that run trials: {known}")
+    refuse_searched_overrides(loaded)  # here, so `run-round` and `tuner worker` both refuse
     round_spec = spec.rounds.round1
     steps = round_steps(spec, round_spec, 1)
     space = spec.search_space
@@ -198,7 +199,6 @@ def prepare_round(
     from tuner.output import phase_dir
 
     spec = loaded.spec
-    refuse_searched_overrides(loaded)
     plan = phase_plan(loaded, phase, output_dir)
     settings = plan.settings(**budget_overrides)
     url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)

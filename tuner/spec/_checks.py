@@ -6,7 +6,7 @@ from typing import Any
 
 from tuner.errors import SpecError
 from tuner.spec._models import CategoricalParam, FloatParam, IntParam
-from tuner.spec._paths import format_path, has_path, key_to_path
+from tuner.spec._paths import did_you_mean, format_path, has_path, key_to_path
 
 
 def candidate_values(param: FloatParam | IntParam | CategoricalParam) -> list[Any]:
@@ -28,8 +28,9 @@ def check_search_space(loaded: Any) -> None:
         if target[0] == "workload":
             continue
         if not has_path(effective, target) or target[0] in ("search_space", "name", "workload"):
+            hint = did_you_mean(key, effective)
             raise loaded.error(
-                here, f"matches no config field (looked for {format_path(target)})", at_key=True
+                here, f"matches no config field (looked for {format_path(target)}){hint}", at_key=True
             )
         for value in candidate_values(param):
             try:

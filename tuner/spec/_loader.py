@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from tuner.errors import SpecError, UsageError
 from tuner.spec._messages import message_for
 from tuner.spec._models import StudySpec
-from tuner.spec._paths import Path_, format_path, get_path, has_path, key_to_path, set_path
+from tuner.spec._paths import Path_, did_you_mean, format_path, get_path, has_path, key_to_path, set_path
 from tuner.spec._yaml import Positions, load_yaml_with_positions, parse_scalar
 
 
@@ -189,7 +189,8 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
     for text in overrides:
         target, value = _parse_override(text)
         if target[0] != "workload" and not has_path(defaults, target):
-            raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study")
+            hint = did_you_mean(text.partition("=")[0].strip(), defaults)
+            raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study{hint}")
         document = set_path(document, target, value, defaults=defaults)
         override_texts[target] = text
     spec = _validate(document, source, positions, override_texts)
