@@ -332,7 +332,11 @@ def test_workload_file_with_syntax_error() -> None:
 def test_search_space_key_matches_no_field(key: str, target: str) -> None:
     field = f"search_space[{key}]" if "." in key else f"search_space.{key}"
     message = validate_error(mutate("  optimizer.lr:", f"  {key}:"))
-    assert message == f"study.yaml:16:3: {field}: matches no config field (looked for {target})"
+    expected = f"study.yaml:16:3: {field}: matches no config field (looked for {target})"
+    suggestion = {"optimizer.lrr": "optimizer.lr", "training.optimizer.lrr": "training.optimizer.lr"}
+    if key in suggestion:
+        expected += f" (did you mean {suggestion[key]!r}?)"
+    assert message == expected
 
 
 @pytest.mark.parametrize(
@@ -445,7 +449,8 @@ def test_exponent_without_dot_is_a_number(line: str, value: str) -> None:
         ("nosuchfield=1", "--set nosuchfield=1: training.nosuchfield is not a field of this study"),
         (
             "optimizer.lrr=0.1",
-            "--set optimizer.lrr=0.1: training.optimizer.lrr is not a field of this study",
+            "--set optimizer.lrr=0.1: training.optimizer.lrr is not a field of this study "
+            "(did you mean 'optimizer.lr'?)",
         ),
         ("optimizer.lr", "--set optimizer.lr: expected key=value, e.g. --set optimizer.lr=0.01"),
         ("=3", "--set =3: expected key=value, e.g. --set optimizer.lr=0.01"),

@@ -110,6 +110,6 @@ def _dotted_keys(data: Any, prefix: tuple[str, ...] = ()) -> list[str]:
 
 def did_you_mean(key: str, data: Any, extra: tuple[str, ...] = ()) -> str:
     """`` (did you mean 'optimizer.lr'?)`` for a key close to one in ``data``, else ``""``."""
-    candidates = list(dict.fromkeys([*_dotted_keys(data), *extra]))
+    candidates = [c for c in dict.fromkeys([*_dotted_keys(data), *extra]) if c != key]
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -119,7 +119,9 @@ def check_study(loaded: LoadedStudy) -> None:
         option_path = target[2:]
         known = builtin.options.model_fields if builtin else spec.workload.options
         if target[:2] != _OPTIONS or len(option_path) != 1 or option_path[0] not in known:
-            close = difflib.get_close_matches(str(option_path[-1]) if option_path else "", list(known), n=1)
+            close = difflib.get_close_matches(
+                str(option_path[-1]) if option_path else "", list(known), n=1, cutoff=0.7
+            )
             hint = f" (did you mean 'workload.{close[0]}'?)" if close else ""
             raise loaded.error(
                 here, f"matches no config field (looked for {format_path(target)}){hint}", at_key=True
