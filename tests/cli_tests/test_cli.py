@@ -214,7 +214,7 @@ def test_validate_summary_with_overrides_and_defaults() -> None:
     assert result.exit_code == 0, result.output
     text = plain(result.stdout)
     assert "  objective    minimize val/error_rate\n" in text
-    assert "batch 16, eval batch 64, max_train_steps not set (tuner sweep-lr will find it)," in text
+    assert "batch 16, eval batch 64, max_train_steps not set," in text
     assert "  optimizer    adamw, lr 0.05, weight_decay 0\n" in text
     assert "  search space (empty)\n" in text
 

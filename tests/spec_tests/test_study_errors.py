@@ -332,7 +332,11 @@ def test_workload_file_with_syntax_error() -> None:
 def test_search_space_key_matches_no_field(key: str, target: str) -> None:
     field = f"search_space[{key}]" if "." in key else f"search_space.{key}"
     message = validate_error(mutate("  optimizer.lr:", f"  {key}:"))
-    assert message == f"study.yaml:16:3: {field}: matches no config field (looked for {target})"
+    expected = f"study.yaml:16:3: {field}: matches no config field (looked for {target})"
+    suggestion = {"optimizer.lrr": "optimizer.lr", "training.optimizer.lrr": "training.optimizer.lr"}
+    if key in suggestion:
+        expected += f" (did you mean {suggestion[key]!r}?)"
+    assert message == expected
 
 
 @pytest.mark.parametrize(
@@ -445,7 +449,8 @@ def test_exponent_without_dot_is_a_number(line: str, value: str) -> None:
         ("nosuchfield=1", "--set nosuchfield=1: training.nosuchfield is not a field of this study"),
         (
             "optimizer.lrr=0.1",
-            "--set optimizer.lrr=0.1: training.optimizer.lrr is not a field of this study",
+            "--set optimizer.lrr=0.1: training.optimizer.lrr is not a field of this study "
+            "(did you mean 'optimizer.lr'?)",
         ),
         ("optimizer.lr", "--set optimizer.lr: expected key=value, e.g. --set optimizer.lr=0.01"),
         ("=3", "--set =3: expected key=value, e.g. --set optimizer.lr=0.01"),
@@ -500,7 +505,7 @@ def test_folder_instead_of_file() -> None:
 def test_file_not_utf8() -> None:
     Path("study.yaml").write_bytes(b"name: caf\xe9\n")
     message = single_error(invoke("validate", "study.yaml"))
-    assert message.startswith("study.yaml: cannot read: 'utf-8' codec can't decode byte 0xe9")
+    assert message == "study.yaml:1: not a UTF-8 text file (byte 0xe9 at offset 9); study files are YAML text"
 
 
 @pytest.mark.parametrize(

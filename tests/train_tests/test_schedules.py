@@ -111,3 +111,51 @@ def test_after_the_last_segment_the_last_end_value_holds() -> None:
 def test_open_segment_with_nothing_left_raises(fixed: list[ScheduleSegment]) -> None:
     with pytest.raises(ValueError, match="left over"):
         build_schedule([*fixed, ScheduleSegment(shape="cosine")], max_train_steps=10)
+
+
+@pytest.mark.parametrize(
+    ("fractions", "max_steps", "expected"),
+    [
+        # by hand: boundaries at round(cumulative fraction x steps), round half to even
+        ([0.5, 0.5], 3, [2, 1]),  # 1.5 -> 2, 3 -> 3 (each on its own: 2 + 2 = 4 steps)
+        ([0.25, 0.25, 0.5], 10, [2, 3, 5]),  # 2.5 -> 2, 5 -> 5, 10 (each alone: 2 + 2 + 5 = 9)
+        ([0.3, 0.3, 0.4], 5, [2, 1, 2]),  # 1.5 -> 2, 3 -> 3, 5 (each alone: 2 + 2 + 2 = 6)
+        ([0.1] * 10, 20, [2] * 10),  # no drift from adding 0.1 ten times
+    ],
+)
+def test_fraction_segments_end_on_cumulative_boundaries(
+    fractions: list[float], max_steps: int, expected: list[int]
+) -> None:
+    schedule = build_schedule(
+        [ScheduleSegment(shape="linear", fraction=f, start=1.0, end=0.0) for f in fractions], max_steps
+    )
+    assert [s.steps for s in schedule.segments] == expected
+    if sum(expected) == max_steps:
+        assert schedule.total_steps == max_steps
+
+
+def test_decay_reaches_its_end_at_the_last_step() -> None:
+    schedule = build_schedule(
+        [
+            ScheduleSegment(shape="linear", fraction=0.5, start=0.0, end=1.0),
+            ScheduleSegment(shape="linear", fraction=0.5, start=1.0, end=0.0),
+        ],
+        max_train_steps=3,
+    )
+    assert schedule.total_steps == 3
+    assert [schedule(s) for s in range(4)] == [0.0, 0.5, 1.0, 0.0]
+
+
+def test_fractions_adding_up_to_more_than_one_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"add up to 1\.2, more than 1"):
+        build_schedule(
+            [ScheduleSegment(shape="linear", fraction=0.6), ScheduleSegment(shape="cosine", fraction=0.6)],
+            100,
+        )
+
+
+def test_steps_and_fractions_longer_than_the_run_are_refused() -> None:
+    with pytest.raises(ValueError, match="add up to 110 steps, more than max_train_steps=100"):
+        build_schedule(
+            [ScheduleSegment(shape="linear", steps=10), ScheduleSegment(shape="cosine", fraction=1.0)], 100
+        )

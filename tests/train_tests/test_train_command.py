@@ -88,4 +88,5 @@ def test_objective_the_workload_does_not_compute_is_a_usage_error(tmp_path: Path
         ],
     )
     assert result.exit_code == 2
-    assert "'val/perplexity' is not computed by this workload" in result.output
+    # found by the study checks before anything is built (the engine checks user workloads again)
+    assert "'val/perplexity' is not a metric digits-mlp computes" in result.output

@@ -12,10 +12,13 @@ from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 
 
 def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str:
-    words = ["tuner", "train", str(path)]
+    """Absolute paths (it must work from any folder); a storage password is masked."""
+    from tuner.spec import redact_storage_url
+
+    words = ["tuner", "train", str(path.resolve())]
     for override in overrides:
-        words += ["--set", override]
-    words += ["--output-dir", str(output_dir)]
+        words += ["--set", redact_storage_url(override)]
+    words += ["--output-dir", str(output_dir.resolve())]
     return shlex.join(words)
 
 

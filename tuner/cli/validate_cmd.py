@@ -37,7 +37,7 @@ def summary_lines(spec: StudySpec) -> list[str]:
     training = spec.training
     builtin = BUILTINS.get(spec.workload.name)
     workload = f"{spec.workload.name} (built-in: {builtin.summary})" if builtin else spec.workload.name
-    max_steps = training.max_train_steps or "not set (tuner sweep-lr will find it)"
+    max_steps = training.max_train_steps or "not set"
     lines = [
         f"study        {spec.name}" + (f" - {spec.description}" if spec.description else ""),
         f"workload     {workload}",
@@ -82,11 +82,35 @@ def validate(
     set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
+    from tuner.playbook.phases import check_schedule_fits
     from tuner.spec import load_study
     from tuner.workloads import check_study
 
     loaded = load_study(path, set_)
     check_study(loaded)
+    check_schedule_fits(loaded)
     out.print(f"{path}: valid")
     for line in summary_lines(loaded.spec):
         out.print(f"  {line}")
+    for line in notes(loaded.spec):
+        out.print(f"note: {line}")
+
+
+def notes(spec: StudySpec) -> list[str]:
+    """What is valid but will stop a command, or is unwise: said now, not at the first trial."""
+    from tuner.spec import redact_storage_url
+
+    lines = []
+    if spec.training.max_train_steps is None:
+        needs = "tuner train needs it" + (
+            ""
+            if spec.rounds.round1.steps is not None
+            else ", and so does run-round (or set rounds.round1.steps)"
+        )
+        lines.append(f"training.max_train_steps is not set: {needs}; --set max_train_steps=N works too")
+    if spec.storage is not None and redact_storage_url(spec.storage) != spec.storage:
+        lines.append(
+            "storage holds a password: tuner keeps it out of run folders and output, but the study file "
+            "now holds a secret; prefer $TUNER_STORAGE or ~/.pgpass (see the README, Secrets)"
+        )
+    return lines

@@ -6,18 +6,19 @@ build the same plan from the same study file, so a trial is the same whoever run
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
-from tuner.spec import LoadedStudy, RoundSpec, StudySpec
+from tuner.spec import LoadedStudy, RoundSpec, StudySpec, key_to_path
 
 ROUND_PHASES = {1: "round-1"}
 CONFIG_HASH_ATTR = "tuner:config_hash"
@@ -66,13 +67,39 @@ def _format_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def reproduce_command(study_path: Path, values: dict[str, Any], steps: int, output_dir: Path) -> str:
-    """``tuner train`` with the trial's values: the same config as a one-off run."""
-    words = ["tuner", "train", str(study_path)]
+def reproduce_command(
+    study_path: Path,
+    values: dict[str, Any],
+    steps: int,
+    output_dir: Path,
+    overrides: Iterable[str] = (),
+) -> str:
+    """``tuner train`` with the phase's ``--set`` overrides and the trial's values, shell-quoted.
+
+    Paths are absolute so the command works from any folder; the overrides come first, so the
+    trial's own values and length win exactly as they did in the trial.
+    """
+    from tuner.spec import redact_storage_url
+
+    words = ["tuner", "train", str(Path(study_path).resolve())]
+    for text in overrides:
+        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
     for key, value in values.items():
         words += ["--set", f"{key}={_format_value(value)}"]
-    words += ["--set", f"max_train_steps={steps}", "--output-dir", str(output_dir)]
+    words += ["--set", f"max_train_steps={steps}", "--output-dir", str(Path(output_dir).resolve())]
     return shlex.join(words)
+
+
+def refuse_searched_overrides(loaded: LoadedStudy) -> None:
+    """A ``--set`` on a key the search space sets would be silently overwritten in every trial."""
+    searched = {key_to_path(key): key for key in loaded.spec.search_space}
+    for target, text in loaded.overrides.items():
+        for path, key in searched.items():
+            if path[: len(target)] == target or target[: len(path)] == path:
+                raise UsageError(
+                    f"--set {text}: {key} is searched in this phase (search_space[{key}]), so the "
+                    "override would be ignored; change or remove the search_space entry instead"
+                )
 
 
 def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int) -> int:
@@ -89,12 +116,36 @@ def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int) -> in
     return max(1, math.ceil(production * fraction))
 
 
+def check_schedule_fits(loaded: LoadedStudy) -> None:
+    """The schedule fits ``max_train_steps`` and round 1's trials, where their lengths are known.
+
+    For ``tuner validate``: ``train`` and ``run-round`` would refuse the same at their start.
+    """
+    from tuner.train.schedules import build_schedule
+
+    spec = loaded.spec
+    lengths: list[tuple[int, str]] = []
+    if spec.training.max_train_steps is not None:
+        lengths.append((spec.training.max_train_steps, "training.max_train_steps"))
+    if spec.search_space:
+        with contextlib.suppress(UsageError):  # no length to check against yet
+            lengths.append((round_steps(spec, spec.rounds.round1, 1), "round 1's trials"))
+    for total, what in lengths:
+        try:
+            build_schedule(spec.training.schedule, total)
+        except ValueError as error:
+            raise loaded.error(
+                ("training", "schedule"), f"does not fit {what} of {total} steps: {error}"
+            ) from None
+
+
 def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
     """The plan of ``phase`` (``round-1``) for the study in ``loaded``."""
     spec = loaded.spec
     if phase != "round-1":
         known = ", ".join(ROUND_PHASES.values())
         raise UsageError(f"unknown phase {phase!r}; phases that run trials: {known}")
+    refuse_searched_overrides(loaded)  # here, so `run-round` and `tuner worker` both refuse
     round_spec = spec.rounds.round1
     steps = round_steps(spec, round_spec, 1)
     space = spec.search_space
@@ -115,7 +166,7 @@ def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
             spec=trial_spec,
             base_dir=loaded.base_dir,
             run_dir=run_dir,
-            command=reproduce_command(loaded.path, values, steps, output_dir),
+            command=reproduce_command(loaded.path, values, steps, output_dir, loaded.overrides.values()),
         )
 
     return PhasePlan(phase, round_spec, steps, params_for_slot, make_job, round_spec.sampler)

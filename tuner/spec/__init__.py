@@ -18,6 +18,7 @@ _EXPORTS = {
     "TrainingSpec": "tuner.spec._models",
     "WorkloadSpec": "tuner.spec._models",
     "format_path": "tuner.spec._paths",
+    "redact_storage_url": "tuner.spec._models",
     "key_to_path": "tuner.spec._paths",
 }
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from tuner.errors import SpecError
 from tuner.spec._models import CategoricalParam, FloatParam, IntParam
-from tuner.spec._paths import format_path, has_path, key_to_path
+from tuner.spec._paths import did_you_mean, format_path, has_path, key_to_path
 
 
 def candidate_values(param: FloatParam | IntParam | CategoricalParam) -> list[Any]:
@@ -28,8 +28,9 @@ def check_search_space(loaded: Any) -> None:
         if target[0] == "workload":
             continue
         if not has_path(effective, target) or target[0] in ("search_space", "name", "workload"):
+            hint = did_you_mean(key, effective)
             raise loaded.error(
-                here, f"matches no config field (looked for {format_path(target)})", at_key=True
+                here, f"matches no config field (looked for {format_path(target)}){hint}", at_key=True
             )
         for value in candidate_values(param):
             try:
@@ -40,3 +41,21 @@ def check_search_space(loaded: Any) -> None:
                     f"value {value!r} does not fit {format_path(target)}: {error.detail}",
                     at_key=True,
                 ) from None
+
+
+def check_schedule(loaded: Any) -> None:
+    """Fractions of the schedule that add up to more than 1 can never fit any run.
+
+    Whether steps fit ``max_train_steps`` (and a round's shorter trials) is checked where the
+    lengths are resolved (``tuner.train.schedules``), because that is where rounding happens.
+    """
+    total = 0.0
+    for index, segment in enumerate(loaded.spec.training.schedule):
+        if segment.fraction is None:
+            continue
+        total += segment.fraction
+        if total > 1 + 1e-9:
+            raise loaded.error(
+                ("training", "schedule", index, "fraction"),
+                f"the segments' fractions add up to {total:g} here, more than 1 (all of max_train_steps)",
+            )

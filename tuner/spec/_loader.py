@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from tuner.errors import SpecError, UsageError
 from tuner.spec._messages import message_for
 from tuner.spec._models import StudySpec
-from tuner.spec._paths import Path_, format_path, get_path, has_path, key_to_path, set_path
+from tuner.spec._paths import Path_, did_you_mean, format_path, get_path, has_path, key_to_path, set_path
 from tuner.spec._yaml import Positions, load_yaml_with_positions, parse_scalar
 
 
@@ -119,18 +119,49 @@ def _parse_override(text: str) -> tuple[Path_, Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise UsageError(f"--set {text}: expected key=value, e.g. --set optimizer.lr=0.01")
-    return key_to_path(key.strip()), parse_scalar(raw)
+    try:
+        value = parse_scalar(raw)
+    except SpecError as error:
+        raise UsageError(f"--set {_shorten(text)}: {error.detail}") from None
+    return key_to_path(key.strip()), value
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: A study file is a few kilobytes; anything this big is a mistake (or hostile) and is refused
+#: before it is read, so that neither memory nor the YAML parser's time depends on it.
+MAX_STUDY_FILE_BYTES = 1024 * 1024
 
 
 def read_study_text(path: Path) -> str:
-    if not path.exists():
-        raise UsageError(f"{path}: no such study file")
+    """The file's text, refused in one line if missing, a folder, too big, unreadable or not UTF-8."""
     if path.is_dir():
         raise UsageError(f"{path}: is a folder, expected a study file (.yaml)")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path}: cannot read: {error}") from None
+        # Read at most one byte past the limit: /dev/zero or a FIFO has no meaningful size.
+        with path.open("rb") as file:
+            data = file.read(MAX_STUDY_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such study file") from None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read: {error.strerror or error}") from None
+    if len(data) > MAX_STUDY_FILE_BYTES:
+        raise UsageError(
+            f"{path}: larger than {MAX_STUDY_FILE_BYTES // 1024} KiB; a study file is a few kilobytes "
+            "(is this the right file?)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise SpecError(
+            f"not a UTF-8 text file (byte 0x{data[error.start]:02x} at offset {error.start}); "
+            "study files are YAML text",
+            path=str(path),
+            line=line,
+        ) from None
 
 
 def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
@@ -158,14 +189,16 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
     for text in overrides:
         target, value = _parse_override(text)
         if target[0] != "workload" and not has_path(defaults, target):
-            raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study")
+            hint = did_you_mean(text.partition("=")[0].strip(), defaults)
+            raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study{hint}")
         document = set_path(document, target, value, defaults=defaults)
         override_texts[target] = text
     spec = _validate(document, source, positions, override_texts)
     loaded = LoadedStudy(spec, path, document, positions, override_texts)
-    from tuner.spec._checks import check_search_space
+    from tuner.spec._checks import check_schedule, check_search_space
 
     check_search_space(loaded)
+    check_schedule(loaded)
     return loaded
 
 

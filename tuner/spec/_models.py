@@ -140,6 +140,20 @@ def _check_range(low: float, high: float, log: bool) -> None:
         raise ValueError(f"log: true needs low > 0, got low={low}")
 
 
+_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^/?#]*@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redact_storage_url(url: str) -> str:
+    """``postgresql://me:secret@db/x`` -> ``postgresql://me:***@db/x`` (also ``?password=``).
+
+    Plain text rules rather than SQLAlchemy's URL parser: the spec layer stays light, and a URL
+    SQLAlchemy cannot parse must still lose its password.
+    """
+    url = _URL_PASSWORD.sub(r"\g<head>***@", url)
+    return _QUERY_PASSWORD.sub(r"\g<head>***", url)
+
+
 SearchParam = Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
 
 
@@ -179,6 +193,18 @@ class StudySpec(_Model):
     sweep_lr: SweepLrSpec = Field(default_factory=SweepLrSpec)
     rounds: RoundsSpec = Field(default_factory=RoundsSpec)
     storage: str | None = None
+
+    def model_dump_for_files(self) -> dict[str, Any]:
+        """The study as saved in run folders (``config.yaml``) and hashed for resuming.
+
+        The storage URL's password is masked: it must never reach a file, and a rotated password
+        must not make a run look like a different configuration. A URL without a password is
+        kept as is (so existing run folders keep their hash).
+        """
+        data = self.model_dump(mode="json")
+        if self.storage is not None:
+            data["storage"] = redact_storage_url(self.storage)
+        return data
 
     @field_validator("search_space")
     @classmethod

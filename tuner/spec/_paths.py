@@ -9,6 +9,7 @@ means itself; anything else is relative to ``training`` (``optimizer.lr`` is
 from __future__ import annotations
 
 import copy
+import difflib
 from typing import Any
 
 Path_ = tuple[str | int, ...]
@@ -90,3 +91,25 @@ def set_path(data: dict[str, Any], path: Path_, value: Any, defaults: Any = None
         node = node[part]
     node[path[-1]] = value
     return result
+
+
+def _dotted_keys(data: Any, prefix: tuple[str, ...] = ()) -> list[str]:
+    """Every leaf and container of ``data`` as the dotted key a user would write."""
+    keys: list[str] = []
+    if isinstance(data, dict):
+        for name, value in data.items():
+            if not isinstance(name, str) or name in ("search_space", "options"):
+                continue
+            path = (*prefix, name)
+            keys.append(".".join(path))
+            if path[0] == "training" and len(path) > 1:
+                keys.append(".".join(path[1:]))  # ``optimizer.lr`` is how keys are usually written
+            keys += _dotted_keys(value, path)
+    return keys
+
+
+def did_you_mean(key: str, data: Any, extra: tuple[str, ...] = ()) -> str:
+    """`` (did you mean 'optimizer.lr'?)`` for a key close to one in ``data``, else ``""``."""
+    candidates = [c for c in dict.fromkeys([*_dotted_keys(data), *extra]) if c != key]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -3,6 +3,11 @@
 Why our own loader: error messages must name file, line and column for any field, and two
 YAML 1.1 traps must not reach the user: ``1e-3`` silently parsed as a *string*, and a
 duplicated key silently overriding the first one.
+
+A study file may also be hostile (or just broken): a few lines of aliases can expand to billions
+of nodes ("billion laughs") and a few thousand ``[`` nest deeper than Python's recursion limit.
+Both are stopped *while composing*, by counting nodes (an alias counts as the whole tree it
+stands for) and depth, so the answer is one located line within a fraction of a second.
 """
 
 from __future__ import annotations
@@ -25,8 +30,57 @@ class _DuplicateKey(SpecError):
         self.key_node = key_node
 
 
+#: Far beyond any real study file (a few hundred nodes, five or six levels), far below harm.
+MAX_NODES = 20_000
+MAX_DEPTH = 64
+
+
 class _StudyLoader(yaml.SafeLoader):
-    """SafeLoader + exponent floats without a dot (``1e-3``) + an error on duplicate keys."""
+    """SafeLoader + exponent floats without a dot (``1e-3``) + an error on duplicate keys
+    + bounded size and depth (counted as the composer builds the tree, before anything expands).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded = 0  # nodes so far, each alias counted as the size of what it refers to
+        self._sizes: dict[int, int] = {}  # id(node) -> expanded size, for finished anchored nodes
+
+    def _too_much(self, message: str) -> SpecError:
+        mark = self.peek_event().start_mark
+        return SpecError(message, line=mark.line + 1, column=mark.column + 1)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = super().compose_node(parent, index)
+            size = self._sizes.get(id(node))
+            if size is None:
+                raise SpecError(
+                    f"the alias *{event.anchor} refers to a value that contains it (a recursive alias)",
+                    line=event.start_mark.line + 1,
+                    column=event.start_mark.column + 1,
+                )
+            self._expanded += size
+            if self._expanded > MAX_NODES:
+                raise SpecError(
+                    f"aliases expand this file to more than {MAX_NODES} values; "
+                    "a study file needs far fewer (is it a 'billion laughs' file?)",
+                    line=event.start_mark.line + 1,
+                    column=event.start_mark.column + 1,
+                )
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise self._too_much(f"nested more than {MAX_DEPTH} levels deep; a study file needs a handful")
+        self._expanded += 1
+        if self._expanded > MAX_NODES:
+            raise self._too_much(f"more than {MAX_NODES} values; a study file needs far fewer")
+        before = self._expanded
+        node = super().compose_node(parent, index)
+        self._sizes[id(node)] = self._expanded - before + 1
+        self._depth -= 1
+        return node
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -120,7 +174,10 @@ def _path_to(loader: _StudyLoader, node: yaml.Node, target: yaml.Node, path: Pat
 
 def load_yaml_with_positions(text: str, source: str) -> tuple[Any, Positions]:
     """Parse ``text``; raise a located ``SpecError`` for syntax errors and unsafe tags."""
-    loader = _StudyLoader(text)
+    try:
+        loader = _StudyLoader(text)  # checks the characters already
+    except yaml.reader.ReaderError as error:
+        raise _unreadable(error, text, source) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -157,15 +214,42 @@ def load_yaml_with_positions(text: str, source: str) -> tuple[Any, Positions]:
             line=mark.line + 1 if mark else None,
             column=mark.column + 1 if mark else None,
         ) from None
+    except yaml.reader.ReaderError as error:
+        raise _unreadable(error, text, source) from None
     except yaml.YAMLError as error:
-        raise SpecError(f"invalid YAML: {error}", path=source) from None
+        raise SpecError(f"invalid YAML: {' '.join(str(error).split())}", path=source) from None
     finally:
         loader.dispose()
 
 
+def _unreadable(error: yaml.reader.ReaderError, text: str, source: str) -> SpecError:
+    """A character YAML does not allow (NUL, other control characters): binary, most likely."""
+    before = text[: error.position]
+    line, column = before.count("\n") + 1, error.position - (before.rfind("\n") + 1) + 1
+    character = f"U+{error.character:04X}" if isinstance(error.character, int) else repr(error.character)
+    return SpecError(
+        f"not a text study file: character {character} is not allowed in YAML",
+        path=source,
+        line=line,
+        column=column,
+    )
+
+
 def parse_scalar(text: str) -> Any:
-    """A ``--set key=value`` value, read the way the study file would read it."""
+    """A ``--set key=value`` value, read the way the study file would read it.
+
+    Text that is not valid YAML stays a string; a hostile value (aliases, deep nesting) or a
+    duplicated key raises ``SpecError`` with the problem, which the caller names the ``--set`` in.
+    """
+    if not text.strip():
+        return ""
     try:
-        return yaml.load(text, Loader=_StudyLoader) if text.strip() else ""
+        loader = _StudyLoader(text)
     except yaml.YAMLError:
         return text
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError:
+        return text
+    finally:
+        loader.dispose()

@@ -33,7 +33,7 @@ _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def config_hash(spec: StudySpec) -> str:
-    text = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    text = json.dumps(spec.model_dump_for_files(), sort_keys=True)  # no storage password
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -126,7 +126,7 @@ def prepare_run_dir(run_dir: Path, spec: StudySpec, command: str | None) -> None
     durable = spec.training.fsync_checkpoints
     if not (run_dir / "config.yaml").exists():
         # libyaml's emitter when PyYAML has it: the pure-Python one takes ~15 ms for a study
-        text = yaml.dump(spec.model_dump(mode="json"), Dumper=_YAML_DUMPER, sort_keys=False)
+        text = yaml.dump(spec.model_dump_for_files(), Dumper=_YAML_DUMPER, sort_keys=False)
         atomic_write_text(run_dir / "config.yaml", text, durable=durable)
     if command:
         atomic_write_text(run_dir / "command.txt", command + "\n", durable=durable)

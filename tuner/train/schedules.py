@@ -72,34 +72,53 @@ class Schedule:
         return f"Schedule({parts})"
 
 
+def _fraction_lengths(fractions: Sequence[float], max_train_steps: int) -> list[int]:
+    """Lengths of the fractional segments, from cumulative boundaries.
+
+    The k-th fractional segment ends at ``round(sum of fractions up to k * max_train_steps)``, so
+    the lengths always add up to ``round(sum * max_train_steps)``: rounding each on its own made
+    ``[0.5, 0.5]`` of 3 steps 4 steps long, and the decay never reached its end. Each segment
+    keeps at least one step (a tiny fraction of a short run still exists); the next boundary
+    still comes from the cumulative sum, so the excess is absorbed as soon as it can be.
+    """
+    lengths, cumulative, end = [], 0.0, 0
+    for fraction in fractions:
+        cumulative += fraction
+        new_end = max(end + 1, round(cumulative * max_train_steps))
+        lengths.append(new_end - end)
+        end = new_end
+    return lengths
+
+
 def build_schedule(segments: Sequence[ScheduleSegment], max_train_steps: int) -> Schedule:
     """Resolve segment lengths against ``max_train_steps`` and default the end values.
 
-    A segment's length is its ``steps``, else ``round(fraction * max_train_steps)`` (at least 1,
-    so a tiny fraction of a short run still exists), else - for the one open segment - whatever
-    the others leave. Fixed lengths are not squeezed to fit: if they add up to more than
-    ``max_train_steps`` the schedule is simply longer, and the trainer stops at its own limit.
+    A segment's length is its ``steps``, else its share of ``max_train_steps`` by ``fraction``
+    (see ``_fraction_lengths``), else - for the one open segment - whatever the others leave.
+    A schedule shorter than ``max_train_steps`` holds its last value; one that is longer is an
+    error (its end would never be reached), as are fractions adding up to more than 1.
     """
     if not segments:
         raise ValueError("a schedule needs at least one segment")
     if max_train_steps < 1:
         raise ValueError(f"max_train_steps must be at least 1, got {max_train_steps}")
-    lengths: list[int | None] = []
     for seg in segments:
         if seg.shape not in _SHAPES:
             raise ValueError(f"unknown schedule shape {seg.shape!r}; expected one of {_SHAPES}")
-        if seg.steps is not None:
-            lengths.append(seg.steps)
-        elif seg.fraction is not None:
-            lengths.append(max(1, round(seg.fraction * max_train_steps)))
-        else:
-            lengths.append(None)
+    fractions = [seg.fraction for seg in segments if seg.steps is None and seg.fraction is not None]
+    if sum(fractions) > 1 + 1e-9:
+        raise ValueError(f"the segments' fractions add up to {sum(fractions):g}, more than 1")
+    from_fractions = iter(_fraction_lengths(fractions, max_train_steps))
+    lengths: list[int | None] = [
+        seg.steps if seg.steps is not None else next(from_fractions) if seg.fraction is not None else None
+        for seg in segments
+    ]
 
     open_indices = [k for k, n in enumerate(lengths) if n is None]
     if len(open_indices) > 1:
         raise ValueError("at most one schedule segment may leave out steps/fraction (it takes the rest)")
+    fixed = sum(n for n in lengths if n is not None)
     if open_indices:
-        fixed = sum(n for n in lengths if n is not None)
         rest = max_train_steps - fixed
         k = open_indices[0]
         if rest < 1:
@@ -109,6 +128,11 @@ def build_schedule(segments: Sequence[ScheduleSegment], max_train_steps: int) ->
                 "shorten them or raise max_train_steps"
             )
         lengths[k] = rest
+    elif fixed > max_train_steps:
+        raise ValueError(
+            f"the segments add up to {fixed} steps, more than max_train_steps={max_train_steps}, so the "
+            "schedule would never reach its end; shorten them (a fraction scales with the run)"
+        )
 
     resolved: list[ResolvedSegment] = []
     start_step = 0

@@ -5,9 +5,10 @@ Each option model is strict: a typo in ``workload.options`` is an error at ``tun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Options(BaseModel):
@@ -35,6 +36,13 @@ class CharLmOptions(_Options):
     dropout: float = Field(default=0.0, ge=0, lt=1)
     val_fraction: float = Field(default=0.1, gt=0, lt=1)
 
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> CharLmOptions:
+        # Attention splits d_model across the heads: found here, not at the first trial.
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        return self
+
 
 class ImbalancedOptions(_Options):
     n_examples: int = Field(default=4000, gt=10)
@@ -44,31 +52,52 @@ class ImbalancedOptions(_Options):
     dropout: float = Field(default=0.0, ge=0, lt=1)
     val_fraction: float = Field(default=0.25, gt=0, lt=1)
 
+    @model_validator(mode="after")
+    def _weights_make_classes(self) -> ImbalancedOptions:
+        if len(self.class_weights) < 2:
+            raise ValueError(f"class_weights needs at least 2 classes, got {self.class_weights}")
+        if any(not math.isfinite(w) or w <= 0 for w in self.class_weights):
+            raise ValueError(f"class_weights must all be positive, got {self.class_weights}")
+        return self
+
+
+#: What each built-in scores (here, not next to the models, so `validate` knows without torch).
+DIGITS_METRICS = ("loss", "accuracy", "error_rate", "top5_accuracy", "mcc")
+CHAR_LM_METRICS = ("loss", "perplexity", "accuracy")
+IMBALANCED_METRICS = ("loss", "accuracy", "error_rate", "mcc", "per_class")
+
 
 @dataclass(frozen=True)
 class BuiltinWorkload:
     entry_point: str
     options: type[_Options]
     summary: str
+    metrics: tuple[str, ...]
 
 
 BUILTINS: dict[str, BuiltinWorkload] = {
     "digits-mlp": BuiltinWorkload(
-        "tuner.workloads.digits:build_mlp", DigitsMlpOptions, "MLP on scikit-learn's 8x8 digits"
+        "tuner.workloads.digits:build_mlp",
+        DigitsMlpOptions,
+        "MLP on scikit-learn's 8x8 digits",
+        DIGITS_METRICS,
     ),
     "digits-cnn": BuiltinWorkload(
         "tuner.workloads.digits:build_cnn",
         DigitsCnnOptions,
         "small CNN with batch norm on scikit-learn's 8x8 digits",
+        DIGITS_METRICS,
     ),
     "char-lm": BuiltinWorkload(
         "tuner.workloads.char_lm:build",
         CharLmOptions,
         "tiny character-level transformer language model (perplexity)",
+        CHAR_LM_METRICS,
     ),
     "imbalanced": BuiltinWorkload(
         "tuner.workloads.imbalanced:build",
         ImbalancedOptions,
         "imbalanced synthetic classification (per-class correct counts)",
+        IMBALANCED_METRICS,
     ),
 }

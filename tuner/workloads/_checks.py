@@ -1,7 +1,14 @@
-"""Workload-side checks of a study: the entry point exists and the options fit it."""
+"""Workload-side checks of a study: the entry point exists, the options fit it, the metrics exist.
+
+Everything here is known without importing torch or the user's code, so ``tuner validate``
+finds it instead of the first trial.
+"""
 
 from __future__ import annotations
 
+import difflib
+import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,8 +19,67 @@ from tuner.spec._checks import candidate_values
 from tuner.spec._paths import format_path, set_path
 from tuner.workloads._builtins import BUILTINS
 from tuner.workloads._entry_points import check_entry_point, parse_entry_point
+from tuner.workloads._interface import KNOWN_METRICS
 
 _OPTIONS = ("workload", "options")
+_SPLITS = ("val", "train")  # the engine scores both
+_PER_CLASS = re.compile(r"class_\d+_(correct|recall)")
+
+
+def _metric_names(loaded: LoadedStudy) -> list[str] | None:
+    """What the built-in computes, per split; None for a user workload (its list is in its code)."""
+    builtin = BUILTINS.get(loaded.spec.workload.name)
+    if builtin is None:
+        return None
+    names: list[str] = []
+    for metric in builtin.metrics:
+        if metric == "per_class":
+            options = builtin.options.model_validate(loaded.spec.workload.options)
+            classes = len(getattr(options, "class_weights", []))
+            names += [f"class_{k}_{what}" for k in range(classes) for what in ("correct", "recall")]
+        else:
+            names.append(metric)
+    return names
+
+
+def _check_metric(loaded: LoadedStudy, path: tuple[str, ...], metric: str) -> None:
+    """``objective.metric`` must be one the workload computes.
+
+    A built-in's list is known here. A user workload's list lives in its code, which ``validate``
+    does not import; the name must still be one tuner can compute at all, and the workload's own
+    list is checked when a trial starts.
+    """
+    split, _, name = metric.partition("/")
+    computed = _metric_names(loaded)
+    if computed is not None:
+        if name in computed:
+            return
+        choices = [f"{s}/{m}" for s in _SPLITS for m in computed]
+        what = f"{loaded.spec.workload.name} computes"
+    else:
+        if (name in KNOWN_METRICS and name != "per_class") or _PER_CLASS.fullmatch(name):
+            return
+        choices = [f"{s}/{m}" for s in _SPLITS for m in KNOWN_METRICS if m != "per_class"]
+        what = "tuner computes (for any workload)"
+    close = difflib.get_close_matches(metric, choices, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    names = ", ".join(m for m in choices if m.startswith(f"{split}/")) or ", ".join(choices)
+    raise loaded.error(path, f"{metric!r} is not a metric {what}; {hint}known: {names}")
+
+
+def _check_text_file(loaded: LoadedStudy) -> None:
+    """char-lm's ``text_file`` must exist (resolved as the workload resolves it)."""
+    if loaded.spec.workload.name != "char-lm":
+        return
+    text_file = loaded.spec.workload.options.get("text_file")
+    if not isinstance(text_file, str):
+        return
+    path = Path(text_file).expanduser()
+    if not path.is_absolute():
+        path = loaded.base_dir / path
+    if not path.is_file():
+        where = "" if Path(text_file).expanduser().is_absolute() else " (relative to the study file's folder)"
+        raise loaded.error((*_OPTIONS, "text_file"), f"no such file: {path}{where}")
 
 
 def _check_options(
@@ -41,6 +107,9 @@ def check_study(loaded: LoadedStudy) -> None:
     except WorkloadError as error:
         raise loaded.error(("workload", "name"), str(error)) from None
     _check_options(loaded, spec.workload.options)
+    _check_text_file(loaded)
+    _check_metric(loaded, ("objective", "metric"), spec.objective.metric)
+    _check_metric(loaded, ("sweep_lr", "fit_metric"), spec.sweep_lr.fit_metric)
     builtin = BUILTINS.get(spec.workload.name)
     for key, param in spec.search_space.items():
         target = key_to_path(key)
@@ -50,8 +119,12 @@ def check_study(loaded: LoadedStudy) -> None:
         option_path = target[2:]
         known = builtin.options.model_fields if builtin else spec.workload.options
         if target[:2] != _OPTIONS or len(option_path) != 1 or option_path[0] not in known:
+            close = difflib.get_close_matches(
+                str(option_path[-1]) if option_path else "", list(known), n=1, cutoff=0.7
+            )
+            hint = f" (did you mean 'workload.{close[0]}'?)" if close else ""
             raise loaded.error(
-                here, f"matches no config field (looked for {format_path(target)})", at_key=True
+                here, f"matches no config field (looked for {format_path(target)}){hint}", at_key=True
             )
         for value in candidate_values(param):
             options = set_path({"o": spec.workload.options}, ("o", *option_path), value)["o"]

@@ -15,10 +15,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.errors import WorkloadError
-from tuner.workloads._builtins import CharLmOptions
+from tuner.workloads._builtins import CHAR_LM_METRICS, CharLmOptions
 from tuner.workloads._interface import IGNORE_INDEX, Workload, WorkloadContext
 
-_METRICS = ("loss", "perplexity", "accuracy")
+_METRICS = CHAR_LM_METRICS
 
 
 def read_text(text_file: str | None, base_dir: Path) -> str:

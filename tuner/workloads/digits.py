@@ -14,11 +14,11 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.errors import WorkloadError
-from tuner.workloads._builtins import DigitsCnnOptions, DigitsMlpOptions
+from tuner.workloads._builtins import DIGITS_METRICS, DigitsCnnOptions, DigitsMlpOptions
 from tuner.workloads._interface import Workload, WorkloadContext
 
 NUM_CLASSES = 10
-_METRICS = ("loss", "accuracy", "error_rate", "top5_accuracy", "mcc")
+_METRICS = DIGITS_METRICS
 
 
 def load_split(val_fraction: float, seed: int) -> tuple[TensorDataset, TensorDataset]:

@@ -15,10 +15,10 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.errors import WorkloadError
-from tuner.workloads._builtins import ImbalancedOptions
+from tuner.workloads._builtins import IMBALANCED_METRICS, ImbalancedOptions
 from tuner.workloads._interface import Workload, WorkloadContext
 
-_METRICS = ("loss", "accuracy", "error_rate", "mcc", "per_class")
+_METRICS = IMBALANCED_METRICS
 
 #: Expected distance between two class means, in units of the (unit) noise standard deviation.
 #: Around 2.8 the blobs overlap enough that a rare class is learnable but far from trivial;

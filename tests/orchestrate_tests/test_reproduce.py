@@ -1,0 +1,86 @@
+"""A trial's ``reproduce`` command gives the same run from any folder; a searched ``--set`` is refused."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
+from tests.spec_tests._support import invoke, single_error
+
+
+def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        env=tuner_env(),
+        cwd=cwd,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_reproduce_keeps_the_overrides_and_works_from_another_folder(tmp_path: Path) -> None:
+    toy_study(tmp_path / "project" / "s", round1={"trials": 1})
+    project = tmp_path / "project"
+    # relative study path and output folder, and an override that is not searched
+    done = _tuner(
+        "run-round", "s/study.yaml", "--round", "1", "--workers", "1", "--output-dir", "runs",
+        "--set", "batch_size=8", "--set", "seed=3", cwd=project,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (trial,) = load_phase(sqlite_url(project / "runs"), "toy").trials
+    command = trial.user_attrs["reproduce"]
+    words = shlex.split(command)
+    assert words[2] == str((project / "s" / "study.yaml").resolve())
+    assert words[words.index("--output-dir") + 1] == str((project / "runs").resolve())
+    assert "batch_size=8" in words and "seed=3" in words
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = _tuner(*words[1:], "--no-progress", cwd=elsewhere)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+    trial_dir = Path(trial.user_attrs["run_dir"])
+    (reproduced,) = (project / "runs" / "toy" / "train").iterdir()
+    status = json.loads((trial_dir / "status.json").read_text())
+    status_again = json.loads((reproduced / "status.json").read_text())
+    assert status_again["config_hash"] == status["config_hash"]
+    config = yaml.safe_load((reproduced / "config.yaml").read_text())
+    assert config["training"]["batch_size"] == 8 and config["seed"] == 3
+    assert f"val/error_rate = {trial.value:.6g} at step {trial.user_attrs['best_step']}" in again.stdout
+
+
+def test_train_command_txt_is_absolute(tmp_path: Path) -> None:
+    toy_study(tmp_path / "s")
+    done = _tuner(
+        "train", "s/study.yaml", "--set", "max_train_steps=10", "--output-dir", "runs", "--no-progress",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    words = shlex.split((tmp_path / "runs" / "toy" / "train" / "run-001" / "command.txt").read_text())
+    assert words[2] == str((tmp_path / "s" / "study.yaml").resolve())
+    assert words[-1] == str((tmp_path / "runs").resolve())
+
+
+def test_set_on_a_searched_key_is_refused_by_run_round_and_worker(tmp_path: Path) -> None:
+    study = toy_study(tmp_path / "s")
+    output = tmp_path / "runs"
+    for command in (["run-round", str(study), "--round", "1"], ["worker", str(study), "--phase", "round-1"]):
+        message = single_error(invoke(*command, "--set", "optimizer.lr=0.05", "--output-dir", str(output)))
+        assert message == (
+            "--set optimizer.lr=0.05: optimizer.lr is searched in this phase (search_space[optimizer.lr]), "
+            "so the override would be ignored; change or remove the search_space entry instead"
+        )
+    # a whole container that holds a searched key is refused too
+    nested = single_error(
+        invoke("run-round", str(study), "--round", "1", "--set", "optimizer={name: sgd, lr: 0.5}")
+    )
+    assert "optimizer.lr is searched" in nested
+    assert not output.exists()  # refused before anything was created
