@@ -29,27 +29,40 @@ def parse_devices(text: str | None) -> list[str] | None:
 
 @guarded
 def run_round(
-    path: Path = typer.Argument(..., help="The study file."),
-    round_number: int = typer.Option(..., "--round", help="1: many short exploration trials."),
-    set_: list[str] = typer.Option([], "--set", help="Override a study field, e.g. --set batch_size=128."),
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    round_number: int = typer.Option(..., "--round", metavar="N", help="1: many short exploration trials."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable), e.g. --set batch_size=128."
+    ),
     output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
     ),
     workers: int | None = typer.Option(
-        None, "--workers", help="CPU workers (default: one per GPU, else one per core)."
+        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
     ),
-    devices: str | None = typer.Option(None, "--devices", help="GPU ids, one worker each, e.g. 0,1."),
-    trials: int | None = typer.Option(None, "--trials", help="Trial budget (default: rounds.round1.trials)."),
-    max_failed: int | None = typer.Option(None, "--max-failed", help="Failure budget (default: a third)."),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
+    ),
+    trials: int | None = typer.Option(
+        None, "--trials", metavar="N", help="Trial budget (default: rounds.round1.trials)."
+    ),
+    max_failed: int | None = typer.Option(
+        None, "--max-failed", metavar="N", help="Failure budget (default: a third)."
+    ),
     max_parallel: int | None = typer.Option(
-        None, "--max-parallel", help="Trials running at once, over all workers and machines."
+        None, "--max-parallel", metavar="N", help="Trials running at once, over all workers and machines."
     ),
-    max_retries: int | None = typer.Option(None, "--max-retries", help="Retries of a crashed trial."),
+    max_retries: int | None = typer.Option(
+        None, "--max-retries", metavar="N", help="Retries of a crashed trial."
+    ),
     trial_timeout_s: float | None = typer.Option(
-        None, "--trial-timeout", help="Seconds before a trial is killed (reason: timeout)."
+        None, "--trial-timeout", metavar="SECONDS", help="Seconds before a trial is killed (reason: timeout)."
     ),
     storage: str | None = typer.Option(
-        None, "--storage", help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite)."
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
 ) -> None:

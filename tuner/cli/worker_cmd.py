@@ -43,22 +43,29 @@ def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -
 
 @guarded
 def worker(
-    path: Path = typer.Argument(..., help="The study file (the same one that started the phase)."),
-    phase: str = typer.Option(..., "--phase", help="The phase to serve, e.g. round-1."),
-    set_: list[str] = typer.Option([], "--set", help="The same overrides the phase was started with."),
+    path: Path = typer.Argument(
+        ..., metavar="STUDY", help="The study file (the same one that started the phase)."
+    ),
+    phase: str = typer.Option(..., "--phase", metavar="PHASE", help="The phase to serve, e.g. round-1."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="The same overrides the phase was started with."
+    ),
     output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
     ),
     storage: str | None = typer.Option(
         None,
         "--storage",
+        metavar="URL",
         help="Storage URL (default: $TUNER_STORAGE, the study's storage, or the local SQLite file).",
     ),
     device: str | None = typer.Option(
-        None, "--device", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
+        None, "--device", metavar="ID", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
     ),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads per trial."),
-    label: str | None = typer.Option(None, "--label", help="Name shown in progress (default host:pid)."),
+    threads: int | None = typer.Option(None, "--threads", metavar="N", help="CPU threads per trial."),
+    label: str | None = typer.Option(
+        None, "--label", metavar="NAME", help="Name shown in progress (default host:pid)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No line per finished trial."),
 ) -> None:
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
