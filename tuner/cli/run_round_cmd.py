@@ -224,7 +224,7 @@ def summarize(
     the phase is unfinished."""
     counts, settings = snapshot.counts, snapshot.settings
     out.print(headline(snapshot, phase, metric))
-    out.print(f"run folders  {folder}")
+    out.print(f"run folders  {shown_path(folder)}")
     best = snapshot.best
     if best is not None:
         step = best.user_attrs.get("best_step")
