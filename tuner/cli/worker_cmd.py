@@ -59,6 +59,8 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
     """A worker never creates a storage: an SQLite file that does not exist is a wrong path
     (another --output-dir, a study file with another name), or, for a worker that ``run-round``
     started, one the command is about to create."""
+    from tuner.cli._phase_view import shown_path
+
     path = _sqlite_file(url)
     if path is None:
         return
@@ -66,8 +68,8 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
     while not path.exists():
         if time.monotonic() >= deadline:
             raise UsageError(
-                f"no study storage at {path}: start the phase first (tuner run-round), or give the "
-                "--output-dir or --storage it was started with"
+                f"no study storage at {shown_path(path)}: start the phase first (tuner run-round), "
+                "or give the --output-dir or --storage it was started with"
             )
         _stop_if_signalled(signals)
         signals.sleep(0.2)
