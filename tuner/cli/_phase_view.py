@@ -35,10 +35,15 @@ def slot_and_attempt(trial: Any) -> tuple[int, int]:
     return _int_attr(trial, "slot", trial.number), _int_attr(trial, "attempt", 0)
 
 
+def trial_name(trial: Any, width: int = 0) -> str:
+    """``3``, or ``3 (retry 1)`` for the first retry of slot 3."""
+    slot, attempt = slot_and_attempt(trial)
+    return f"{slot:>{width}}" + (f" (retry {attempt})" if attempt else "")
+
+
 def trial_label(trial: Any, width: int = 0) -> str:
     """``trial 3``, or ``trial 3 (retry 1)`` for the first retry of slot 3."""
-    slot, attempt = slot_and_attempt(trial)
-    return f"trial {slot:>{width}}" + (f" (retry {attempt})" if attempt else "")
+    return f"trial {trial_name(trial, width)}"
 
 
 def shown_path(path: str | Path) -> str:

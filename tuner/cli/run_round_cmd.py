@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from tuner.cli._console import err, error_line, out, plural, warning_line
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, guarded
-from tuner.cli._phase_view import PhaseView, headline, now, shown_path, trial_label
+from tuner.cli._phase_view import PhaseView, headline, now, shown_path, trial_label, trial_name
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ LOGGED_REASONS = ("crashed", "oom", "timeout", "killed")  # the reasons whose tr
 SHOWN_LOGS = 3
 
 
-def failure_advice(snapshot: PhaseSnapshot, folder: Path) -> list[str]:
+def failure_advice(snapshot: PhaseSnapshot) -> list[str]:
     """What to read or change for the phase's final failures, one line per kind."""
     final = [t for t in snapshot.trials if t.state.name == "FAIL" and not t.user_attrs.get("retried")]
     lines = []
@@ -228,23 +228,21 @@ def summarize(
     best = snapshot.best
     if best is not None:
         step = best.user_attrs.get("best_step")
-        out.print(
-            f"best trial   {trial_label(best)[len('trial ') :]}: {metric} = {best.value:.6g} at step {step}"
-        )
+        out.print(f"best trial   {trial_name(best)}: {metric} = {best.value:.6g} at step {step}")
         out.print(f"reproduce    {best.user_attrs.get('reproduce')}")
     if counts.failed >= settings.max_failed:
         err.print(
             f"[red]stopped:[/] the failure budget is spent: {plural(counts.failed, 'trial')} failed "
             f"({counts.failure_summary()}), limit {settings.max_failed}; raise it with --max-failed to go on"
         )
-        for line in failure_advice(snapshot, folder):
+        for line in failure_advice(snapshot):
             err.print(f"  {line}", markup=False)
         raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED)
-    if crashed:
-        raise typer.Exit(EXIT_INTERNAL)
     if counts.to_start(settings) or counts.running:
         err.print(
-            f"interrupted at {counts.finished}/{settings.max_trials} trials; "
-            "run the same command again to continue"
+            f"{'unfinished' if crashed else 'interrupted'} at {counts.finished}/{settings.max_trials} "
+            "trials; run the same command again to continue"
         )
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_INTERRUPTED)
+    if crashed:
+        raise typer.Exit(EXIT_INTERNAL)
