@@ -131,7 +131,7 @@ def test_losing_the_storage_leaves_the_workers_running_and_the_view_stale(
 
     url = make_url(postgres_url).set(username=login_role, password=None)
     url = url.update_query_dict({"application_name": unique_name}).render_as_string(hide_password=False)
-    study = toy_study(tmp_path, name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 6})
+    study = toy_study(tmp_path, name=unique_name, options={"step_sleep_s": 0.1}, round1={"trials": 6})
     output_dir = tmp_path / "runs"
     command = start_tuner(
         "run-round", str(study), "--round", "1", "--workers", "2",
@@ -147,6 +147,7 @@ def test_losing_the_storage_leaves_the_workers_running_and_the_view_stale(
         _wait_for(lambda: "storage reachable again" in output.text(), "the view to recover", command, output)
         # an outage that lasts until the command ends: the workers finish the phase regardless,
         # the command says it cannot read the outcome and exits 1 (it kills nothing)
+        assert "6/6 done" not in output.text(), "the phase ended too soon for the second outage"
         _cut_off(admin, login_role, command.pid)
         command.wait(timeout=WAIT_S)
     finally:
