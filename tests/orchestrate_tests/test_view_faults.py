@@ -147,7 +147,7 @@ def test_losing_the_storage_leaves_the_workers_running_and_the_view_stale(
         _wait_for(lambda: "storage reachable again" in output.text(), "the view to recover", command, output)
         # an outage that lasts until the command ends: the workers finish the phase regardless,
         # the command says it cannot read the outcome and exits 1 (it kills nothing)
-        assert "6/6 done" not in output.text(), "the phase ended too soon for the second outage"
+        assert output.text().count("  complete  ") < 6, "the phase ended too soon for the second outage"
         _cut_off(admin, login_role, command.pid)
         command.wait(timeout=WAIT_S)
     finally:
