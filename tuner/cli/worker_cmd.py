@@ -132,9 +132,11 @@ def worker(
 
     spec = loaded.spec
     plan = phase_plan(loaded, phase, output_dir)
-    warm_up(spec, loaded.base_dir)
-    _stop_if_signalled(signals)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+    if not os.environ.get(DIE_WITH_PARENT_ENV):
+        _wait_for_sqlite_file(url, signals)  # a wrong path is refused before torch's import
+    warm_up(spec, loaded.base_dir)  # run-round's workers warm up while it creates the storage
+    _stop_if_signalled(signals)
     _wait_for_sqlite_file(url, signals)
     opened = open_worker_storage(url)
     started_with = _wait_for_phase(opened, spec.name, phase, signals).user_attrs.get(CONFIG_HASH_ATTR)
