@@ -229,3 +229,59 @@ def test_unknown_command_is_a_usage_error() -> None:
     result = invoke("frobnicate")
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+COMMANDS = ("init", "validate", "train", "run-round", "worker")
+
+
+def _help_at_80_columns(*args: str) -> str:
+    result = invoke(*args, "--help", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return plain(result.stdout)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_at_80_columns_names_values_and_keeps_descriptions_readable(command: str) -> None:
+    text = _help_at_80_columns(command)
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "<bool>" not in text and "list[str]" not in text and "{" not in text, text
+    assert "Usage: tuner " in text and "[OPTIONS] " in text
+    if command != "init":
+        assert f"Usage: tuner {command} [OPTIONS] STUDY\n" in text, text
+        assert "--set KEY=VALUE" in text, text
+    # each option's description starts on its own line and is not squeezed into a narrow column
+    described = [line for line in text.splitlines() if line.startswith("  --")]
+    assert described and all(len(line.strip()) > 22 for line in described), text
+
+
+def test_run_round_help_at_80_columns() -> None:
+    text = _help_at_80_columns("run-round")
+    assert "  --trial-timeout SECONDS     Seconds before a trial is killed (reason:\n" in text, text
+    assert "  --progress / --no-progress  Live view on a terminal.  [default: progress]\n" in text
+    assert "  --trials N                  Trial budget (default: rounds.round1.trials).\n" in text
+
+
+def test_init_usage_names_its_arguments() -> None:
+    assert "Usage: tuner init [OPTIONS] TEMPLATE PATH\n" in _help_at_80_columns("init")
+
+
+def test_root_help_gives_each_command_one_whole_line() -> None:
+    text = _help_at_80_columns()
+    for command in COMMANDS:
+        (line,) = [line for line in text.splitlines() if line.startswith(f"  {command} ")]
+        assert not line.endswith("..."), line
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert plain(result.stdout) == f"tuner {version('tuner')}\n"
+    assert version("tuner") == "0.1.0"
+
+
+def test_a_missing_argument_is_named_as_in_the_usage_line() -> None:
+    result = invoke("validate")
+    assert result.exit_code == 2
+    assert "Missing argument 'STUDY'" in plain(result.output)

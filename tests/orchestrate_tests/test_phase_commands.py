@@ -67,7 +67,68 @@ def test_a_worker_needs_a_known_and_started_phase(tmp_path: Path, output_dir: Pa
         invoke("worker", str(study), "--phase", "round-9", *common)
     )
     line = single_error(invoke("worker", str(study), "--phase", "round-1", *common))
+    assert line == (
+        f"no study storage at {output_dir / 'toy' / 'study.db'}: start the phase first (tuner run-round), "
+        "or give the --output-dir or --storage it was started with"
+    )
+    assert not output_dir.exists()  # a refused worker creates no storage (nor its folder)
+    # a storage that exists but holds no such phase
+    start_round(load_study(toy_study(tmp_path / "other", name="other")), "round-1", output_dir)
+    line = single_error(
+        invoke(
+            "worker", str(study), "--phase", "round-1", "--storage", f"sqlite:///{output_dir}/other/study.db"
+        )
+    )
     assert "phase toy/round-1 does not exist in this storage; start it first" in line
+
+
+def test_a_worker_with_a_study_file_of_another_name_creates_no_storage(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    start_round(load_study(toy_study(tmp_path)), "round-1", output_dir)
+    renamed = toy_study(tmp_path / "renamed", name="renamed")
+    line = single_error(invoke("worker", str(renamed), "--phase", "round-1", "--output-dir", str(output_dir)))
+    assert line.startswith(f"no study storage at {output_dir / 'renamed' / 'study.db'}: ")
+    assert sorted(p.name for p in output_dir.iterdir()) == ["toy"]
+
+
+def test_gpu_ids_this_machine_cannot_see_are_refused(tmp_path: Path, output_dir: Path) -> None:
+    """On a machine without a GPU (this one), or with CUDA_VISIBLE_DEVICES hiding it."""
+    study = toy_study(tmp_path)
+    env = {"CUDA_VISIBLE_DEVICES": "1"}
+    line = single_error(invoke("run-round", str(study), "--round", "1", "--output-dir", str(output_dir),
+                               "--devices", "0,1", env=env))  # fmt: skip
+    assert line == "--devices 0,1: GPU 0 is not in CUDA_VISIBLE_DEVICES=1; for CPU workers use --workers N"
+    line = single_error(
+        invoke(
+            "worker",
+            str(study),
+            "--phase",
+            "round-1",
+            "--output-dir",
+            str(output_dir),
+            "--device",
+            "0",
+            env=env,
+        )
+    )
+    assert line == "--device 0: GPU 0 is not in CUDA_VISIBLE_DEVICES=1; for CPU workers use --workers N"
+    assert not output_dir.exists()
+
+
+def test_gpu_ids_without_any_gpu_are_refused(
+    tmp_path: Path, output_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.orchestrate.pool import _visible_gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if _visible_gpus():
+        pytest.skip("this machine has a GPU")
+    study = toy_study(tmp_path)
+    line = single_error(_run_round(study, output_dir, "--devices", "0"))
+    assert line.startswith("--devices 0: no GPU is visible on this machine")
+    assert line.endswith("; for CPU workers use --workers N")
+    assert not output_dir.exists()
 
 
 def test_a_worker_with_a_different_study_file_may_not_join(tmp_path: Path, output_dir: Path) -> None:

@@ -68,6 +68,10 @@ def test_a_phase_where_every_trial_raises_stops_at_exactly_max_failed(
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     final = [t for t in trials if t.state.name == "FAIL" and not t.user_attrs["retried"]]
     assert len(final) == 3
+    (advice,) = [line for line in done.stderr.splitlines() if "error.log" in line]
+    for trial in final:  # each failed slot's error.log, by its folder
+        assert f"round-1/trial-{trial.user_attrs['slot']:04d}/error.log" in advice, advice
+    assert "diverged" not in done.stderr
     assert not [t for t in trials if t.state.name == "RUNNING"]
     # the default single retry happened for each failed slot, and it failed the same way
     retried = [t for t in trials if t.state.name == "FAIL" and t.user_attrs["retried"]]
@@ -122,6 +126,53 @@ def test_a_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path: Path, out
     assert retry.user_attrs["run_dir"] == first.user_attrs["run_dir"]
     assert retry.params == first.params
     assert sorted(retry.intermediate_values) == [30, 40]
+    # on screen, both are slot 0 (folder trial-0000); Optuna numbers the retry 1
+    assert "trial    0  crashed: RuntimeError: toy workload crashes once  (retry 1 queued)" in done.stderr
+    assert "trial    0 (retry 1)  complete  val/error_rate" in done.stderr
+    assert "best val/error_rate" in done.stdout and "(trial 0 (retry 1))" in done.stdout
+    assert "best trial   0 (retry 1): val/error_rate = " in done.stdout
+    assert "trial    1" not in done.stdout + done.stderr
+    assert "1 trial of 40 steps (quasi-random), 1 worker (cpu0)" in done.stderr
+
+
+def test_a_budget_spent_by_diverged_trials_says_so_without_pointing_at_error_logs(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options={"diverge": True}, round1={"trials": 3, "max_failed": 1})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the failure budget is spent: 1 trial failed (1 diverged), limit 1;" in done.stderr
+    assert "1 trial diverged (NaN/inf loss: trial 0): lower the learning rate" in done.stderr
+    assert "error.log" not in done.stderr
+    assert "1 trials" not in done.stderr + done.stdout and "1 workers" not in done.stderr
+
+
+def test_a_worker_that_crashes_is_reported_as_crashed_with_exit_70(tmp_path: Path, output_dir: Path) -> None:
+    """A bug in the worker (here: a corrupted trial record it cannot read) is not a spent budget."""
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    study = toy_study(tmp_path, round1={"trials": 2})
+    start_round(load_study(study), "round-1", output_dir)
+    phase = load_phase(sqlite_url(output_dir), "toy")
+    phase.enqueue_trial({"optimizer.lr": 0.1}, user_attrs={"slot": 0, "attempt": "corrupt"})
+
+    worker = run_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
+    assert worker.returncode == 70, worker.stdout + worker.stderr
+    assert worker.stderr.startswith("error: internal error (ValueError): invalid literal for int()")
+
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 70, done.stdout + done.stderr
+    log = output_dir / "toy" / "round-1" / ".workers" / "cpu0.log"
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: worker cpu0")]
+    assert line.startswith("error: worker cpu0 crashed: internal error (ValueError): invalid literal"), line
+    assert line.endswith(f"; its log: {log}"), line
+    assert "internal error (ValueError)" in log.read_text()
+    assert "Traceback" not in done.stderr
 
 
 def test_tpe_trials_and_their_reproduce_command_give_the_same_run(tmp_path: Path, output_dir: Path) -> None:

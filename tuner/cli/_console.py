@@ -14,3 +14,8 @@ def error_line(message: str) -> None:
 
 def warning_line(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 trial``, ``2 trials``, ``0 trials``."""
+    return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"

@@ -1,6 +1,8 @@
 """User errors -> one red line on stderr and an exit code; tracebacks only with TUNER_DEBUG=1.
 
-Exit codes: 0 success; 1 the work failed; 2 bad input or usage; 130 interrupted.
+Exit codes: 0 success; 1 the work failed; 2 bad input or usage; 70 internal error (a bug in
+tuner: EX_SOFTWARE of sysexits.h, so scripts and ``run-round`` can tell it from a spent failure
+budget); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from tuner.errors import TunerError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 70, 130
+INTERNAL_ERROR_PREFIX = "internal error"
 
 
 def debug() -> bool:
@@ -48,10 +51,10 @@ def guarded(command: F) -> F:
             first_line = (str(error).strip().splitlines() or [""])[0]
             error_line(
                 escape(
-                    f"internal error ({type(error).__name__}): {first_line} "
+                    f"{INTERNAL_ERROR_PREFIX} ({type(error).__name__}): {first_line} "
                     "(set TUNER_DEBUG=1 for the traceback)"
                 )
             )
-            raise typer.Exit(EXIT_FAILED) from None
+            raise typer.Exit(EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]

@@ -2,13 +2,64 @@
 
 Heavy imports (torch, optuna) happen inside the commands that need them, so ``tuner --help``
 and ``tuner validate`` start in a fraction of a second.
+
+Help is click's plain formatting (``rich_markup_mode=None``), not typer's rich panels: at 80
+columns the panels left option descriptions about 22 characters, while plain help keeps each
+option on one or two lines. Every option names its value (``--set KEY=VALUE``, ``--trials N``);
+flags show none.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from tuner.cli import init_cmd, run_round_cmd, train_cmd, validate_cmd, worker_cmd
+
+
+class TunerCommand(TyperCommand):
+    """A command whose usage line and argument list say ``STUDY``, not typer's ``{path}``."""
+
+    @staticmethod
+    def _argument_name(param: Any) -> str:
+        return str(param.metavar or param.name.upper())
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = self._argument_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                arguments.append((self._argument_name(param), param.help or ""))
+            elif (record := param.get_help_record(ctx)) is not None:
+                options.append(record)
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        if options:
+            with formatter.section("Options"):
+                formatter.write_dl(options)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("tuner")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"tuner {number}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="tuner",
@@ -16,13 +67,32 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("init")(init_cmd.init)
-app.command("validate")(validate_cmd.validate)
-app.command("train")(train_cmd.train)
-app.command("run-round")(run_round_cmd.run_round)
-app.command("worker")(worker_cmd.worker)
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Hyperparameter tuning for PyTorch, the Deep Learning Tuning Playbook's way."""
+
+
+# one line each in `tuner --help` (click would cut the docstrings' first sentences at ~45 characters)
+app.command("init", cls=TunerCommand, short_help="Write a study file from a template.")(init_cmd.init)
+app.command("validate", cls=TunerCommand, short_help="Check a study file and summarise it.")(
+    validate_cmd.validate
+)
+app.command("train", cls=TunerCommand, short_help="Train once with the fixed hyperparameters.")(
+    train_cmd.train
+)
+app.command("run-round", cls=TunerCommand, short_help="Run a tuning round on every local device.")(
+    run_round_cmd.run_round
+)
+app.command("worker", cls=TunerCommand, short_help="Join a running phase from here.")(worker_cmd.worker)
 
 
 def main() -> None:

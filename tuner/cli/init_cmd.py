@@ -17,8 +17,12 @@ from tuner.spec._templates import render_template, template_names
 
 @guarded
 def init(
-    template: str = typer.Argument(..., help="Template: digits-mlp, digits-cnn, char-lm or imbalanced."),
-    path: Path = typer.Argument(..., help="Where to write the study file, e.g. studies/my-study.yaml."),
+    template: str = typer.Argument(
+        ..., metavar="TEMPLATE", help="Template: digits-mlp, digits-cnn, char-lm or imbalanced."
+    ),
+    path: Path = typer.Argument(
+        ..., metavar="PATH", help="Where to write the study file, e.g. studies/my-study.yaml."
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented study file from a built-in template."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 
-from tuner.cli._console import err, out
-from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
-from tuner.cli._phase_view import PhaseView, headline, now
+from tuner.cli._console import err, error_line, out, plural, warning_line
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, guarded
+from tuner.cli._phase_view import PhaseView, headline, now, shown_path, trial_label, trial_name
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,27 +31,43 @@ def parse_devices(text: str | None) -> list[str] | None:
 
 @guarded
 def run_round(
-    path: Path = typer.Argument(..., help="The study file."),
-    round_number: int = typer.Option(..., "--round", help="1: many short exploration trials."),
-    set_: list[str] = typer.Option([], "--set", help="Override a study field, e.g. --set batch_size=128."),
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    round_number: int = typer.Option(..., "--round", metavar="N", help="1: many short exploration trials."),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a study field (repeatable), e.g. --set batch_size=128.",
+    ),
     output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
     ),
     workers: int | None = typer.Option(
-        None, "--workers", help="CPU workers (default: one per GPU, else one per core)."
+        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
     ),
-    devices: str | None = typer.Option(None, "--devices", help="GPU ids, one worker each, e.g. 0,1."),
-    trials: int | None = typer.Option(None, "--trials", help="Trial budget (default: rounds.round1.trials)."),
-    max_failed: int | None = typer.Option(None, "--max-failed", help="Failure budget (default: a third)."),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
+    ),
+    trials: int | None = typer.Option(
+        None, "--trials", metavar="N", help="Trial budget (default: rounds.round1.trials)."
+    ),
+    max_failed: int | None = typer.Option(
+        None, "--max-failed", metavar="N", help="Failure budget (default: a third)."
+    ),
     max_parallel: int | None = typer.Option(
-        None, "--max-parallel", help="Trials running at once, over all workers and machines."
+        None, "--max-parallel", metavar="N", help="Trials running at once, over all workers and machines."
     ),
-    max_retries: int | None = typer.Option(None, "--max-retries", help="Retries of a crashed trial."),
+    max_retries: int | None = typer.Option(
+        None, "--max-retries", metavar="N", help="Retries of a crashed trial."
+    ),
     trial_timeout_s: float | None = typer.Option(
-        None, "--trial-timeout", help="Seconds before a trial is killed (reason: timeout)."
+        None, "--trial-timeout", metavar="SECONDS", help="Seconds before a trial is killed (reason: timeout)."
     ),
     storage: str | None = typer.Option(
-        None, "--storage", help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite)."
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
 ) -> None:
@@ -62,6 +80,7 @@ def run_round(
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.orchestrate import LocalPool, local_workers, redact_url
+    from tuner.orchestrate.pool import check_devices
     from tuner.orchestrate.progress import PhaseWatcher
     from tuner.playbook import create_round, prepare_round
 
@@ -78,12 +97,12 @@ def run_round(
         trial_timeout_s=trial_timeout_s,
     )
     settings, phase = started.settings, started.plan.phase
+    gpus = parse_devices(devices)
     chosen = local_workers(
-        workers=workers,
-        devices=parse_devices(devices),
-        max_parallel=settings.max_parallel,
-        budget=settings.max_trials,
+        workers=workers, devices=gpus, max_parallel=settings.max_parallel, budget=settings.max_trials
     )
+    if gpus:
+        check_devices(gpus)  # before anything is created: a refused run leaves nothing behind
 
     def command_for(worker: LocalWorker) -> list[str]:
         words = [sys.executable, "-m", "tuner", "worker", str(path), "--phase", phase]
@@ -105,48 +124,125 @@ def run_round(
         pool.stop()
         raise
     err.print(
-        f"{phase}: {settings.max_trials} trials of {started.plan.trial_steps} steps "
-        f"({started.plan.sampler_name}), {len(chosen)} workers ({', '.join(w.label for w in chosen)}), "
+        f"{phase}: {plural(settings.max_trials, 'trial')} of {started.plan.trial_steps} steps "
+        f"({started.plan.sampler_name}), {plural(len(chosen), 'worker')} "
+        f"({', '.join(w.label for w in chosen)}), "
         f"storage {redact_url(started.storage_url)}"
     )
     metric = spec.objective.metric
     view = PhaseView(err, phase, metric, live=progress and err.is_terminal, since=now())
     watcher = PhaseWatcher(started.study, started.folder)
+
+    def refresh() -> None:  # never raises for a storage error: a stale view, the workers go on
+        view.update(watcher.refresh(), watcher.unreachable_since)
+
     try:
-        codes = pool.wait(tick=lambda: view.update(watcher.snapshot()))
+        codes = pool.wait(tick=refresh)
     finally:
         view.close()
-    summarize(watcher.snapshot(), codes, started.folder, phase, metric, started.study)
+    for error in pool.tick_errors[:1]:
+        warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
+    crashed = report_workers(codes, started.folder)
+    try:
+        final = watcher.snapshot()  # each read retried (about 16 s) before it gives up
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        error_line(
+            escape(
+                f"cannot read the outcome of {phase} from the storage ({type(error).__name__}: {first}); "
+                "the workers have exited. Run the same command again once the storage is reachable: "
+                "it shows the summary (finished trials are not run again)"
+            )
+        )
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED) from None
+    summarize(final, codes, started.folder, phase, metric, crashed=crashed)
+
+
+def _last_error_line(log: Path) -> str:
+    """The ``error: ...`` line a worker printed last (its one-line report of what went wrong)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.removeprefix("error: ") for line in reversed(lines) if line.startswith("error: ")), "")
+
+
+def report_workers(codes: dict[str, int], folder: Path) -> bool:
+    """Say which local workers did not end normally (0, 1: failure budget, 130: interrupted).
+
+    Returns whether any did: a worker that crashes is a bug, never a normal end of the phase.
+    """
+    crashed = False
+    for label, code in sorted(codes.items()):
+        if code in (0, EXIT_FAILED, EXIT_INTERRUPTED):
+            continue
+        crashed = True
+        log = shown_path(folder / ".workers" / f"{label}.log")
+        if code < 0:
+            try:
+                what = f"died of {signal.Signals(-code).name}"
+            except ValueError:
+                what = f"died of signal {-code}"
+        else:
+            what = f"crashed: {_last_error_line(folder / '.workers' / f'{label}.log') or f'exit code {code}'}"
+        error_line(escape(f"worker {label} {what}; its log: {log}"))
+    return crashed
+
+
+LOGGED_REASONS = ("crashed", "oom", "timeout", "killed")  # the reasons whose trials have an error.log
+SHOWN_LOGS = 3
+
+
+def failure_advice(snapshot: PhaseSnapshot) -> list[str]:
+    """What to read or change for the phase's final failures, one line per kind."""
+    final = [t for t in snapshot.trials if t.state.name == "FAIL" and not t.user_attrs.get("retried")]
+    lines = []
+    logged = [t for t in final if t.user_attrs.get("failure_reason", "crashed") in LOGGED_REASONS]
+    if logged:
+        paths = []
+        for trial in sorted(logged, key=lambda t: t.number):
+            run_dir = trial.user_attrs.get("run_dir")
+            log = Path(run_dir) / "error.log" if run_dir else None
+            paths.append(shown_path(log) if log is not None and log.exists() else trial_label(trial))
+        more = f" and {len(paths) - SHOWN_LOGS} more" if len(paths) > SHOWN_LOGS else ""
+        lines.append(f"read their error.log: {', '.join(paths[:SHOWN_LOGS])}{more}")
+    diverged = [t for t in final if t.user_attrs.get("failure_reason") == "diverged"]
+    if diverged:
+        names = ", ".join(trial_label(t) for t in diverged[:SHOWN_LOGS])
+        more = f" and {len(diverged) - SHOWN_LOGS} more" if len(diverged) > SHOWN_LOGS else ""
+        lines.append(
+            f"{plural(len(diverged), 'trial')} diverged (NaN/inf loss: {names}{more}): lower the learning "
+            "rate (or the top of its search range), add warmup, or clip gradients (grad_clip_norm)"
+        )
+    return lines
 
 
 def summarize(
-    snapshot: PhaseSnapshot, codes: dict[str, int], folder: Path, phase: str, metric: str, study: Any
+    snapshot: PhaseSnapshot, codes: dict[str, int], folder: Path, phase: str, metric: str, *, crashed: bool
 ) -> None:
-    """Print the outcome; exit 1 if the failure budget is spent, 130 if the phase is unfinished."""
+    """Print the outcome; exit 70 if a worker crashed, 1 if the failure budget is spent, 130 if
+    the phase is unfinished."""
     counts, settings = snapshot.counts, snapshot.settings
     out.print(headline(snapshot, phase, metric))
-    out.print(f"run folders  {folder}")
-    if counts.best_number is not None:
-        best = study.trials[counts.best_number]
+    out.print(f"run folders  {shown_path(folder)}")
+    best = snapshot.best
+    if best is not None:
         step = best.user_attrs.get("best_step")
-        out.print(f"best trial   {best.number}: {metric} = {best.value:.6g} at step {step}")
+        out.print(f"best trial   {trial_name(best)}: {metric} = {best.value:.6g} at step {step}")
         out.print(f"reproduce    {best.user_attrs.get('reproduce')}")
     if counts.failed >= settings.max_failed:
         err.print(
-            f"[red]stopped:[/] the failure budget is spent: {counts.failed} trials failed "
-            f"({counts.failure_summary()}), limit {settings.max_failed}. Read the failed trials' error.log; "
-            "raise the limit with --max-failed to go on"
+            f"[red]stopped:[/] the failure budget is spent: {plural(counts.failed, 'trial')} failed "
+            f"({counts.failure_summary()}), limit {settings.max_failed}; raise it with --max-failed to go on"
         )
-        raise typer.Exit(EXIT_FAILED)
-    broken = {label: code for label, code in codes.items() if code not in (0, 1, EXIT_INTERRUPTED)}
-    if broken:
-        raise UsageError(
-            f"workers stopped with errors ({', '.join(f'{k}: exit {v}' for k, v in broken.items())}); "
-            f"their output is in {folder / '.workers'}"
-        )
+        for line in failure_advice(snapshot):
+            err.print(f"  {line}", markup=False)
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED)
     if counts.to_start(settings) or counts.running:
         err.print(
-            f"interrupted at {counts.finished}/{settings.max_trials} trials; "
-            "run the same command again to continue"
+            f"{'unfinished' if crashed else 'interrupted'} at {counts.finished}/{settings.max_trials} "
+            "trials; run the same command again to continue"
         )
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_INTERRUPTED)
+    if crashed:
+        raise typer.Exit(EXIT_INTERNAL)

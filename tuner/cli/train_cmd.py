@@ -24,13 +24,16 @@ def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str
 
 @guarded
 def train(
-    path: Path = typer.Argument(..., help="The study file."),
-    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set optimizer.lr=0.01."
+    ),
     output_dir: Path = typer.Option(
         Path("runs"),
         "--output-dir",
+        metavar="DIR",
         envvar="TUNER_OUTPUT_DIR",
-        help="Where run folders go: <output-dir>/<study>/train/run-NNN.",
+        help="Where run folders go: DIR/<study>/train/run-NNN.",
     ),
     fresh: bool = typer.Option(False, "--fresh", help="Start a new run even if an unfinished one matches."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show live progress."),

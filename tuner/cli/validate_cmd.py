@@ -78,8 +78,10 @@ def summary_lines(spec: StudySpec) -> list[str]:
 
 @guarded
 def validate(
-    path: Path = typer.Argument(..., help="The study file."),
-    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set optimizer.lr=0.01."),
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set optimizer.lr=0.01."
+    ),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
     from tuner.playbook.phases import check_schedule_fits

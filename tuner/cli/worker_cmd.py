@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from tuner.cli._console import err, out
+from tuner.cli._console import err, out, plural
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
@@ -41,24 +41,65 @@ def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -
             signals.sleep(0.2)
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for another backend or an in-memory database)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None  # open_storage says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
+    """A worker never creates a storage: an SQLite file that does not exist is a wrong path
+    (another --output-dir, a study file with another name), or, for a worker that ``run-round``
+    started, one the command is about to create."""
+    from tuner.cli._phase_view import shown_path
+
+    path = _sqlite_file(url)
+    if path is None:
+        return
+    deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            raise UsageError(
+                f"no study storage at {shown_path(path)}: start the phase first (tuner run-round), "
+                "or give the --output-dir or --storage it was started with"
+            )
+        _stop_if_signalled(signals)
+        signals.sleep(0.2)
+
+
 @guarded
 def worker(
-    path: Path = typer.Argument(..., help="The study file (the same one that started the phase)."),
-    phase: str = typer.Option(..., "--phase", help="The phase to serve, e.g. round-1."),
-    set_: list[str] = typer.Option([], "--set", help="The same overrides the phase was started with."),
+    path: Path = typer.Argument(
+        ..., metavar="STUDY", help="The study file (the same one that started the phase)."
+    ),
+    phase: str = typer.Option(..., "--phase", metavar="PHASE", help="The phase to serve, e.g. round-1."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="The same overrides the phase was started with."
+    ),
     output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
     ),
     storage: str | None = typer.Option(
         None,
         "--storage",
+        metavar="URL",
         help="Storage URL (default: $TUNER_STORAGE, the study's storage, or the local SQLite file).",
     ),
     device: str | None = typer.Option(
-        None, "--device", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
+        None, "--device", metavar="ID", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
     ),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads per trial."),
-    label: str | None = typer.Option(None, "--label", help="Name shown in progress (default host:pid)."),
+    threads: int | None = typer.Option(None, "--threads", metavar="N", help="CPU threads per trial."),
+    label: str | None = typer.Option(
+        None, "--label", metavar="NAME", help="Name shown in progress (default host:pid)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No line per finished trial."),
 ) -> None:
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
@@ -72,6 +113,9 @@ def worker(
     if device is not None:
         if not device.isdigit():
             raise UsageError(f"--device expects a GPU id like 0, got {device!r}")
+        from tuner.orchestrate.pool import check_devices
+
+        check_devices([device], "--device")
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
     from tuner.spec import load_study
     from tuner.workloads import check_study
@@ -88,9 +132,12 @@ def worker(
 
     spec = loaded.spec
     plan = phase_plan(loaded, phase, output_dir)
-    warm_up(spec, loaded.base_dir)
-    _stop_if_signalled(signals)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+    if not os.environ.get(DIE_WITH_PARENT_ENV):
+        _wait_for_sqlite_file(url, signals)  # a wrong path is refused before torch's import
+    warm_up(spec, loaded.base_dir)  # run-round's workers warm up while it creates the storage
+    _stop_if_signalled(signals)
+    _wait_for_sqlite_file(url, signals)
     opened = open_worker_storage(url)
     started_with = _wait_for_phase(opened, spec.name, phase, signals).user_attrs.get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):
@@ -117,7 +164,7 @@ def worker(
         signals,
     )
     detail = f": {result.message}" if result.message else ""
-    out.print(f"worker: {result.trials_run} trials run; {result.outcome}{detail}")
+    out.print(f"worker: {plural(result.trials_run, 'trial')} run; {result.outcome}{detail}")
     if result.outcome == "failed":
         err.print(f"[red]stopped:[/] {result.message}")
     code = {"failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED}.get(result.outcome, 0)

@@ -107,13 +107,18 @@ def decide(counts: PhaseCounts, settings: PhaseSettings) -> Decision:
     if counts.failed >= settings.max_failed:
         return Decision(
             "failed",
-            f"the failure budget is spent: {counts.failed} of {counts.finished} finished trials failed "
+            f"the failure budget is spent: {counts.failed} of {counts.finished} finished "
+            f"{'trial' if counts.finished == 1 else 'trials'} failed "
             f"({counts.failure_summary()}); the limit is {settings.max_failed}",
         )
     if counts.to_start(settings) == 0:
         return Decision("done") if counts.running == 0 else Decision("wait", "the last trials are running")
     if settings.max_parallel is not None and counts.running >= settings.max_parallel:
-        return Decision("wait", f"{counts.running} trials running (max_parallel {settings.max_parallel})")
+        return Decision(
+            "wait",
+            f"{counts.running} {'trial' if counts.running == 1 else 'trials'} running "
+            f"(max_parallel {settings.max_parallel})",
+        )
     if counts.failed + counts.unproven + 1 > settings.max_failed:
         return Decision("wait", "waiting for running trials to prove healthy before spending failure budget")
     return Decision("start")

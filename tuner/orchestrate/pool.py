@@ -28,6 +28,10 @@ class LocalWorker:
     threads: int | None = None
 
 
+def _has_gpu_driver() -> bool:
+    return Path("/proc/driver/nvidia/gpus").exists() or Path("/dev/kfd").exists()
+
+
 def _visible_gpus() -> list[str]:
     """GPU ids this process may use, without initialising CUDA here (workers do that).
 
@@ -35,12 +39,35 @@ def _visible_gpus() -> list[str]:
     """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [device for device in visible.split(",") if device.strip() and device.strip() != "-1"]
-    if not Path("/proc/driver/nvidia/gpus").exists() and not Path("/dev/kfd").exists():
+        return [device.strip() for device in visible.split(",") if device.strip() and device.strip() != "-1"]
+    if not _has_gpu_driver():
         return []
     import torch
 
     return [str(index) for index in range(torch.cuda.device_count())]
+
+
+def check_devices(devices: Sequence[str], option: str = "--devices") -> None:
+    """Refuse GPU ids this machine cannot see, rather than quietly training on the CPU.
+
+    Ids are those of ``CUDA_VISIBLE_DEVICES`` when it is set (ids or UUIDs: then each must be
+    listed there), else ``0..torch.cuda.device_count()-1``.
+    """
+    visible = _visible_gpus()
+    missing = [device for device in devices if device not in visible]
+    if not missing:
+        return
+    given = f"{option} {','.join(devices)}"
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        shown = os.environ["CUDA_VISIBLE_DEVICES"] or "(empty)"
+        why = f"GPU {', '.join(missing)} is not in CUDA_VISIBLE_DEVICES={shown}"
+    elif not _has_gpu_driver():
+        why = "no GPU is visible on this machine (no GPU driver found)"
+    elif not visible:
+        why = "no GPU is visible on this machine (torch sees none: a CPU build of torch, or no device)"
+    else:
+        why = f"GPU {', '.join(missing)} does not exist (this machine has GPU {', '.join(visible)})"
+    raise UsageError(f"{given}: {why}; for CPU workers use --workers N")
 
 
 def local_workers(
@@ -88,6 +115,7 @@ class LocalPool:
         self.command_for, self.workers, self.env, self.log_dir = command_for, workers, env, log_dir
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.signals = SignalFlag()
+        self.tick_errors: list[Exception] = []  # what ``tick`` raised: reported, never fatal
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -104,13 +132,17 @@ class LocalPool:
                 )
 
     def wait(self, tick: Callable[[], None], tick_s: float = 1.0) -> dict[str, int]:
-        """Call ``tick`` every ``tick_s`` until every worker has exited; their exit codes."""
+        """Call ``tick`` every ``tick_s`` until every worker has exited; their exit codes.
+
+        ``tick`` (the progress view) may fail, e.g. on a storage error: the error is kept in
+        ``tick_errors`` and the workers go on. Only an error of the pool itself kills them.
+        """
         forwarded = 0
         next_tick = 0.0
         try:
             while any(process.poll() is None for process in self.processes.values()):
                 if time.monotonic() >= next_tick:
-                    tick()
+                    self._tick(tick)
                     next_tick = time.monotonic() + tick_s
                 while forwarded < min(self.signals.count, 2):
                     forwarded += 1
@@ -120,8 +152,14 @@ class LocalPool:
                 time.sleep(0.05)  # notice the last worker's exit at once, not a tick later
         finally:
             self.stop()
-        tick()
+        self._tick(tick)
         return {label: process.returncode for label, process in self.processes.items()}
+
+    def _tick(self, tick: Callable[[], None]) -> None:
+        try:
+            tick()
+        except Exception as error:  # a display must never take the work down
+            self.tick_errors.append(error)
 
     def stop(self) -> None:
         """Kill whatever still runs (only when we ourselves are dying of an error)."""
