@@ -133,3 +133,45 @@ def test_a_rotated_password_keeps_the_run_resumable(tmp_path: Path) -> None:
 )
 def test_redact_storage_url(url: str, redacted: str) -> None:
     assert redact_storage_url(url) == redacted
+
+
+def _command_lines_mentioning(text: str) -> list[str]:
+    """Every running process's command line that mentions ``text`` (what ``ps`` would show)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        line = " ".join(word.decode(errors="replace") for word in words)
+        if text in line:
+            found.append(line)
+    return found
+
+
+@pytest.mark.postgres
+def test_a_storage_set_on_run_round_never_reaches_the_workers_command_lines(
+    tmp_path: Path, postgres_url: str, unique_name: str
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    url = _with_password(postgres_url, CANARY)
+    study = toy_study(tmp_path / "s", name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 2})
+    output = tmp_path / "runs"
+    command = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", "2",
+         "--set", f"storage={url}", "--output-dir", str(output), "--no-progress"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tuner_env(),
+    )  # fmt: skip
+    workers: list[str] = []
+    try:
+        while command.poll() is None:
+            workers += [line for line in _command_lines_mentioning(str(study)) if " worker " in line]
+            time.sleep(0.1)
+    finally:
+        command.kill()
+    assert command.returncode == 0
+    assert workers, "no worker was seen running"
+    assert not [line for line in workers if CANARY in line]

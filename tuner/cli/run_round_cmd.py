@@ -107,7 +107,10 @@ def run_round(
     def command_for(worker: LocalWorker) -> list[str]:
         words = [sys.executable, "-m", "tuner", "worker", str(path), "--phase", phase]
         for override in set_:
-            words += ["--set", override]
+            # the storage reaches workers through TUNER_STORAGE (it may hold a password: ps shows
+            # command lines); it is not part of what a worker checks against the phase
+            if override.split("=", 1)[0].strip() != "storage":
+                words += ["--set", override]
         words += ["--output-dir", str(output_dir), "--label", worker.label, "--quiet"]
         return words + (["--threads", str(worker.threads)] if worker.threads else [])
 
