@@ -18,6 +18,7 @@ from rich.console import Console
 from tuner._atomic import atomic_write_text
 from tuner.errors import UsageError, WorkloadError
 from tuner.spec import StudySpec
+from tuner.train.build import build_workload
 from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
 from tuner.train.data import StepBatches
 from tuner.train.evaluation import Evaluator, fixed_sample
@@ -30,7 +31,7 @@ from tuner.train.progress import ProgressCallback
 from tuner.train.rng import derive_seed, seed_torch
 from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
-from tuner.workloads import IGNORE_INDEX, Workload, build_workload
+from tuner.workloads import IGNORE_INDEX, Workload
 
 
 @dataclass
