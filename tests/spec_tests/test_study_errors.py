@@ -284,7 +284,8 @@ def test_duplicate_key(text: str, expected: str) -> None:
         ),
         pytest.param(
             "no_such_module:build",
-            "entry point 'no_such_module:build': no module named 'no_such_module'",
+            "entry point 'no_such_module:build': no module named 'no_such_module'; for a file next to "
+            "the study use no_such_module.py:build, or add its folder to PYTHONPATH",
             id="no-such-module",
         ),
         pytest.param(
