@@ -100,14 +100,17 @@ def stop_on_signals(
 ) -> Iterator[None]:
     """Ctrl-C / SIGTERM (preemption) stop at the next step boundary with a checkpoint.
 
-    A second Ctrl-C raises ``KeyboardInterrupt`` at once, for a user who really wants out.
+    A second one (Ctrl-C or SIGTERM) raises ``KeyboardInterrupt`` at once, for a user who really
+    wants out: the run stays resumable from its last checkpoint (every file is written atomically).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
-        if trainer.stop_requested is not None and signum == signal.SIGINT:
+        received.append(signum)
+        if len(received) > 1:
             raise KeyboardInterrupt
         trainer.request_stop(StopReason.INTERRUPTED)
 
