@@ -37,6 +37,7 @@ from benchmarks._common import (
     stopwatch,
 )
 from tuner.spec import StudySpec
+from tuner.train.build import build_workload
 from tuner.train.checkpoints import LATEST, CheckpointCallback
 from tuner.train.data import StepBatches
 from tuner.train.evaluation import Evaluator
@@ -49,7 +50,7 @@ from tuner.train.progress import ProgressCallback
 from tuner.train.rng import derive_seed
 from tuner.train.run import build_evaluator, cross_entropy_per_item
 from tuner.train.schedules import build_schedule
-from tuner.workloads import Workload, build_workload
+from tuner.workloads import Workload
 
 NAME = "checkpoint_cost"
 THREADS = 1

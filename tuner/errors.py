@@ -51,5 +51,20 @@ class WorkloadError(UsageError):
     """A workload entry point that cannot be found or returns the wrong thing."""
 
 
+class WorkloadCodeError(TunerError):
+    """The user's workload code failed while the engine ran it (a bug in *their* code, not ours).
+
+    Exit code 1, not 2: the study file is valid and the run was started; the work failed, and the
+    run folder keeps ``error.log`` (the full traceback), which ``log_path`` points at once known.
+    """
+
+    def __init__(self, detail: str, log_path: str | None = None) -> None:
+        self.detail, self.log_path = detail, log_path
+        super().__init__(detail)
+
+    def __str__(self) -> str:
+        return self.detail + (f" (traceback: {self.log_path})" if self.log_path else "")
+
+
 class TrainingError(TunerError):
     """Training could not finish (e.g. it diverged)."""

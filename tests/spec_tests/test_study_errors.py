@@ -284,7 +284,8 @@ def test_duplicate_key(text: str, expected: str) -> None:
         ),
         pytest.param(
             "no_such_module:build",
-            "entry point 'no_such_module:build': no module named 'no_such_module'",
+            "entry point 'no_such_module:build': no module named 'no_such_module'; for a file next to "
+            "the study use no_such_module.py:build, or add its folder to PYTHONPATH",
             id="no-such-module",
         ),
         pytest.param(
@@ -485,11 +486,16 @@ def test_file_error_is_reported_before_override_error() -> None:
     assert message == "study.yaml:11:15: training.eval_every: expected a positive integer, got -3"
 
 
-def test_set_into_default_list_works_or_blames_the_override() -> None:
+def test_set_into_default_list_works_and_past_its_end_blames_the_override() -> None:
+    """The study has no schedule: ``schedule.0`` is the default's one segment (constant)."""
     write_study(Path.cwd())
     result = invoke("validate", "study.yaml", "--set", "schedule.0.shape=cosine")
-    if result.exit_code != 0:
-        assert single_error(result).startswith("--set schedule.0.shape=cosine: ")
+    assert result.exit_code == 0, result.output
+    assert "  schedule     cosine 1->0 x lr for the rest\n" in plain(result.stdout)
+    past_end = invoke("validate", "study.yaml", "--set", "schedule.3.shape=cosine")
+    assert single_error(past_end) == (
+        "--set schedule.3.shape=cosine: training.schedule[3].shape is not a field of this study"
+    )
 
 
 def test_missing_file() -> None:

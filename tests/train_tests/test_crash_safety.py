@@ -160,6 +160,7 @@ def test_a_failing_workload_file_fails_the_same_way_twice_and_can_import_its_nei
 
 def test_status_records_a_crash_with_its_traceback(tmp_path: Path) -> None:
     from tests.train_tests.conftest import write_study
+    from tuner.errors import WorkloadCodeError
     from tuner.spec import load_study
 
     (tmp_path / "crash.py").write_text("def build(ctx):\n    raise ValueError('no data here')\n")
@@ -168,8 +169,12 @@ def test_status_records_a_crash_with_its_traceback(tmp_path: Path) -> None:
     text = text.replace("hidden_sizes:\n    - 32\n    dropout: 0.1\n", "{}\n")
     study.write_text(text)
     loaded = load_study(study)
-    with pytest.raises(ValueError, match="no data here"):
+    with pytest.raises(
+        WorkloadCodeError, match=r"raised ValueError: no data here at .*crash\.py:2 in build"
+    ) as raised:
         run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    assert isinstance(raised.value.__cause__, ValueError)  # the user's own exception, kept
+    assert raised.value.log_path is not None and raised.value.log_path.endswith("error.log")
     status = read_status(tmp_path / "run")
     assert status["status"] == "failed" and "no data here" in status["message"]
     assert "ValueError: no data here" in (tmp_path / "run" / "error.log").read_text()

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from tuner.train import Evaluator, StepBatches, run_training
+from tuner.train.build import build_workload
 from tuner.train.rng import derive_seed
 from tuner.train.run import cross_entropy_per_item
-from tuner.workloads import build_workload
 
 
 def test_csv_columns_are_fixed_from_the_first_row(make_study, tmp_path: Path) -> None:
@@ -120,3 +120,12 @@ def test_prediction_sample_is_scored_in_eval_batches(make_study) -> None:
     pairs = [[(r["prediction"], r["target"]) for r in rows] for rows in (batched, whole)]
     assert pairs[0] == pairs[1]
     assert all(abs(a["loss"] - b["loss"]) <= 1e-5 for a, b in zip(batched, whole, strict=True))
+
+
+def test_derived_seeds_of_labels_with_the_same_characters_differ() -> None:
+    # Characters four places apart used to land on the same byte of an additive hash.
+    assert derive_seed(0, "abcdef") != derive_seed(0, "ebcdaf")
+    assert derive_seed(0, "init") != derive_seed(1, "init") != derive_seed(0, "data")
+    assert derive_seed(0, "1") != derive_seed(0, 1)  # a label's type is part of it
+    assert derive_seed(7, "data", 3) == derive_seed(7, "data", 3)  # and it is a pure function
+    assert all(0 <= derive_seed(seed, "x") < 2**31 for seed in range(50))

@@ -1,11 +1,14 @@
-"""All console styling in one place: one rich Console for stdout, one for stderr."""
+"""All console styling in one place: one rich Console for stdout, one for stderr.
+
+Both go quiet rather than exit when their reader has gone (see ``tuner._streams``).
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from tuner._streams import PipeSafeConsole
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = PipeSafeConsole(highlight=False, soft_wrap=True)
+err = PipeSafeConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 def error_line(message: str) -> None:

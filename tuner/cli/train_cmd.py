@@ -11,6 +11,14 @@ from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 
 
+def shown(path: Path) -> str:
+    """``path`` as the user would type it: relative to the current folder when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str:
     """Absolute paths (it must work from any folder); a storage password is masked."""
     from tuner.spec import redact_storage_url
@@ -48,7 +56,7 @@ def train(
 
     run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)
     if (run_dir / "checkpoints" / "latest.pt").exists():
-        err.print(f"resuming {run_dir}")
+        err.print(f"resuming {shown(run_dir)}")
     result = run_training(
         loaded.spec,
         run_dir,
@@ -58,7 +66,7 @@ def train(
         progress=progress,
     )
     metric = loaded.spec.objective.metric
-    out.print(f"run folder   {result.run_dir}")
+    out.print(f"run folder   {shown(result.run_dir)}")
     out.print(
         f"stopped      {result.status} at step {result.step}/{result.max_train_steps}"
         + (f" (resumed from step {result.resumed_from_step})" if result.resumed_from_step else "")

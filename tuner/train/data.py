@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, TensorDataset
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import Dataset, TensorDataset, default_collate
 
 
 def fetch(dataset: Dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

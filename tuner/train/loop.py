@@ -19,6 +19,7 @@ from tuner.train.events import Callback, Event, StopReason, StopTraining
 from tuner.train.metrics import masked_mean_loss
 from tuner.train.rng import rng_state, set_rng_state
 from tuner.train.schedules import Schedule
+from tuner.train.workload_errors import check_batch
 from tuner.workloads import IGNORE_INDEX
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -59,13 +60,17 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         grad_clip_norm: float | None = None,
         augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+        num_classes: int | None = None,
     ) -> None:
+        """``num_classes``, when given, checks the first batch's logits and targets against it."""
         self.model, self.batches, self.loss_fn, self.optimizer = model, batches, loss_fn, optimizer
         self.schedule, self.base_lr = schedule, base_lr
         self.max_train_steps, self.eval_every = max_train_steps, eval_every
         self.evaluator, self.grad_clip_norm, self.augment = evaluator, grad_clip_norm, augment
         self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
         self.may_pad = may_contain_padding(batches.dataset)
+        self.num_classes = num_classes
+        self._batch_checked = num_classes is None
         self.step = 0
         self.start_step = 0
         self.lr = base_lr * schedule(0)
@@ -147,6 +152,9 @@ class Trainer:
                 group["lr"] = lr
         self.lr = lr
         logits = self.model(inputs)
+        if not self._batch_checked:  # the first step's own forward: no extra pass, no RNG drawn
+            check_batch(logits, targets, self.num_classes)  # type: ignore[arg-type]
+            self._batch_checked = True
         item_losses = self.loss_fn(logits, targets)
         # Masking costs ~7 ops forward and 4 backward per step: only pay for it where padding exists.
         loss = masked_mean_loss(item_losses, targets) if self.may_pad else item_losses.mean()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from tuner.workloads._interface import IGNORE_INDEX, KNOWN_METRICS
+from tuner.workloads import IGNORE_INDEX, KNOWN_METRICS
 
 _TOP_K = 5
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import threading
 import traceback
@@ -16,8 +17,10 @@ import torch.nn.functional as F
 from rich.console import Console
 
 from tuner._atomic import atomic_write_text
-from tuner.errors import UsageError, WorkloadError
+from tuner._streams import PipeSafeConsole
+from tuner.errors import UsageError, WorkloadCodeError, WorkloadError
 from tuner.spec import StudySpec
+from tuner.train.build import build_workload
 from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
 from tuner.train.data import StepBatches
 from tuner.train.evaluation import Evaluator, fixed_sample
@@ -30,7 +33,8 @@ from tuner.train.progress import ProgressCallback
 from tuner.train.rng import derive_seed, seed_torch
 from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
-from tuner.workloads import IGNORE_INDEX, Workload, build_workload
+from tuner.train.workload_errors import blame_workload, check_dataset_targets, shown_path
+from tuner.workloads import IGNORE_INDEX, Workload
 
 
 @dataclass
@@ -96,14 +100,17 @@ def stop_on_signals(
 ) -> Iterator[None]:
     """Ctrl-C / SIGTERM (preemption) stop at the next step boundary with a checkpoint.
 
-    A second Ctrl-C raises ``KeyboardInterrupt`` at once, for a user who really wants out.
+    A second one (Ctrl-C or SIGTERM) raises ``KeyboardInterrupt`` at once, for a user who really
+    wants out: the run stays resumable from its last checkpoint (every file is written atomically).
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    received: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
-        if trainer.stop_requested is not None and signum == signal.SIGINT:
+        received.append(signum)
+        if len(received) > 1:
             raise KeyboardInterrupt
         trainer.request_stop(StopReason.INTERRUPTED)
 
@@ -144,6 +151,7 @@ def run_training(
     except ValueError as error:
         raise UsageError(f"training.schedule: {error}") from None
     run_dir = Path(run_dir)
+    created = _first_missing(run_dir)
     with locked_run_dir(run_dir, wait_s=lock_wait_s):
         prepare_run_dir(run_dir, spec, command)
         try:
@@ -151,16 +159,48 @@ def run_training(
                 spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress, stop_signals
             )
         except BaseException as error:
+            trained = (run_dir / "checkpoints" / LATEST).exists()
+            if isinstance(error, UsageError) and created is not None and not trained:
+                # bad input found before any training: its one-line error says everything, and an
+                # empty run folder would only be a decoy (a failure later keeps its error.log)
+                _remove_created(run_dir, created)
+                raise
             interrupted = isinstance(error, KeyboardInterrupt)
+            blamed = None if interrupted else blame_workload(error)
+            if not interrupted:
+                atomic_write_text(run_dir / "error.log", traceback.format_exc(), durable=False)
             write_status(
                 run_dir,
                 durable=training.fsync_checkpoints,
                 status="interrupted" if interrupted else "failed",
-                message="" if interrupted else f"{type(error).__name__}: {error}",
+                message="" if interrupted else str(blamed or f"{type(error).__name__}: {error}"),
             )
-            if not interrupted:
-                atomic_write_text(run_dir / "error.log", traceback.format_exc(), durable=False)
+            if isinstance(error, WorkloadCodeError):
+                error.log_path = shown_path(str(run_dir / "error.log"))
+            if blamed is not None:
+                blamed.log_path = shown_path(str(run_dir / "error.log"))
+                raise blamed from error
             raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` (inclusive) that does not exist yet; None if it exists."""
+    missing = None
+    while not path.exists() and path != path.parent:
+        missing, path = path, path.parent
+    return missing
+
+
+def _remove_created(run_dir: Path, created: Path) -> None:
+    """Remove ``run_dir`` and the empty parents this run created, up to ``created``."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    folder = run_dir.parent
+    while created == folder or created in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
 
 
 def _run(
@@ -177,6 +217,8 @@ def _run(
     training = spec.training
     device = resolve_device(training.device)
     workload = build_workload(spec, base_dir, init_seed=derive_seed(spec.seed, "init"))
+    for split, dataset in (("training", workload.train_data), ("evaluation", workload.eval_data)):
+        check_dataset_targets(dataset, workload.num_classes, split)
     model = workload.model.to(device)
     run_data_seed = data_seed if data_seed is not None else derive_seed(spec.seed, "data")
     seed_torch(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
@@ -204,7 +246,7 @@ def _run(
     if progress:
         callbacks.append(
             ProgressCallback(
-                console or Console(stderr=True),
+                console or PipeSafeConsole(stderr=True),
                 refresh_every=training.log_every,
                 headline=[spec.objective.metric],
                 label=spec.name,
@@ -223,6 +265,7 @@ def _run(
         callbacks=callbacks,
         grad_clip_norm=training.grad_clip_norm,
         augment=workload.augment,
+        num_classes=workload.num_classes,
     )
     latest = run_dir / "checkpoints" / LATEST
     if latest.exists():

@@ -61,6 +61,12 @@ def _defines(source: str, function: str) -> bool:
     return False
 
 
+def _file_hint(entry: EntryPoint) -> str:
+    """A module name is looked up on ``sys.path``, which does not hold the study's folder."""
+    file = (entry.module or "").replace(".", "/") + ".py"
+    return f"for a file next to the study use {file}:{entry.function}, or add its folder to PYTHONPATH"
+
+
 def check_entry_point(entry: EntryPoint) -> None:
     """Raise ``WorkloadError`` if the entry point's file/module or function cannot be found."""
     if entry.file is not None:
@@ -70,10 +76,17 @@ def check_entry_point(entry: EntryPoint) -> None:
     else:
         try:
             found = importlib.util.find_spec(entry.module or "")
+        except ModuleNotFoundError as error:
+            raise WorkloadError(
+                f"entry point {entry.text!r}: no module named {error.name or entry.module!r}; "
+                + _file_hint(entry)
+            ) from None
         except (ImportError, ValueError) as error:
             raise WorkloadError(f"entry point {entry.text!r}: cannot find module: {error}") from None
         if found is None or found.origin is None:
-            raise WorkloadError(f"entry point {entry.text!r}: no module named {entry.module!r}")
+            raise WorkloadError(
+                f"entry point {entry.text!r}: no module named {entry.module!r}; " + _file_hint(entry)
+            )
         if not found.origin.endswith(".py"):
             return  # a compiled module: only importing it can tell
         source, where = Path(found.origin).read_text(encoding="utf-8"), f"module {entry.module!r}"

@@ -1,4 +1,9 @@
-"""Calling a workload's entry point the way the engine promises (seeded, type-checked)."""
+"""Calling a workload's entry point the way the engine promises (seeded, type-checked).
+
+This is the engine's job, not the workloads layer's: the seeding contract (every global RNG
+seeded from the model-init seed right before the call) belongs with the rest of the RNG handling
+in ``tuner.train.rng``, and ``tuner.workloads`` must not import a layer above it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from pathlib import Path
 
 from tuner.errors import WorkloadError
 from tuner.spec import StudySpec
-from tuner.workloads._entry_points import import_entry_point, parse_entry_point
-from tuner.workloads._interface import KNOWN_METRICS, Workload, WorkloadContext
+from tuner.train.rng import seed_torch
+from tuner.workloads import KNOWN_METRICS, Workload, WorkloadContext, import_entry_point, parse_entry_point
 
 
 def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
@@ -18,8 +23,6 @@ def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
     weights depend on ``init_seed`` alone (identical on every DDP rank and every retry).
     """
     import numpy as np
-
-    from tuner.train.rng import seed_torch
 
     function = import_entry_point(parse_entry_point(spec.workload.name, base_dir))
     random.seed(init_seed)

@@ -1,0 +1,134 @@
+"""Telling a bug in the user's workload from a bug in tuner, and saying where it is.
+
+An exception whose traceback passes through the user's own code (not tuner, not an installed
+library) is reported as the workload's, at the deepest frame of the user's code:
+``the workload raised KeyError: 'hiden' at my_workload.py:7 in build``. The first training batch
+is also checked against the workload's contract before any weight changes (logits
+``(..., num_classes)`` for integer targets ``(...)`` in range), because a wrong class count would
+otherwise surface only at the first evaluation, ``eval_every`` steps later, as a cryptic error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from functools import cache
+from pathlib import Path
+
+import torch
+
+import tuner
+from tuner.errors import TunerError, WorkloadCodeError
+from tuner.workloads import IGNORE_INDEX
+
+
+@cache
+def _not_user_code() -> tuple[str, ...]:
+    """Folders whose files are never the user's: tuner itself, the standard library, site-packages."""
+    roots = {str(Path(tuner.__file__).resolve().parent)}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        with_prefix = sysconfig.get_paths().get(key)
+        if with_prefix:
+            roots.add(os.path.realpath(with_prefix))
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix):
+        roots.add(os.path.realpath(os.path.join(prefix, "lib")))
+    return tuple(root.rstrip(os.sep) + os.sep for root in roots)
+
+
+def is_user_file(filename: str) -> bool:
+    if filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>
+        return False
+    path = os.path.realpath(filename)
+    parts = Path(path).parts
+    if "site-packages" in parts or "dist-packages" in parts:
+        return False
+    return not path.startswith(_not_user_code())
+
+
+def shown_path(filename: str) -> str:
+    """The file as the user would type it: relative to the current folder when inside it."""
+    relative = os.path.relpath(filename)
+    return filename if relative.startswith("..") else relative
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    """Left as it is, so the orchestrator still records the trial as ``oom``."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return "out of memory" in text or "Cannot allocate memory" in text
+
+
+def blame_workload(error: BaseException) -> WorkloadCodeError | None:
+    """A ``WorkloadCodeError`` if ``error`` was raised in (or under) the user's code, else None.
+
+    Only ordinary exceptions: a ``TunerError`` already speaks to the user, an interrupt is not a
+    bug, and an out-of-memory error keeps its type for the failure reason.
+    """
+    if not isinstance(error, Exception) or isinstance(error, TunerError) or _is_out_of_memory(error):
+        return None
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
+    if not frames:
+        return None
+    frame = frames[-1]
+    what = "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()
+    first = what[0] if what else type(error).__name__
+    where = f"{shown_path(frame.filename)}:{frame.lineno} in {frame.name}"
+    return WorkloadCodeError(f"the workload raised {first} at {where}")
+
+
+def _shape(shape: torch.Size | tuple[int, ...]) -> str:
+    return str(tuple(shape))
+
+
+def check_batch(logits: object, targets: torch.Tensor, num_classes: int) -> None:
+    """Raise ``WorkloadCodeError`` if one batch breaks the workload contract; costs no extra forward.
+
+    Called with the first training step's own logits, before the loss: the RNG stream, the
+    weights and the step's loss are exactly those of a run without the check.
+    """
+    if not isinstance(logits, torch.Tensor):
+        raise WorkloadCodeError(
+            f"the workload's model returned {type(logits).__name__}; expected a tensor of logits "
+            f"(..., {num_classes})"
+        )
+    if not isinstance(targets, torch.Tensor):
+        raise WorkloadCodeError(f"the workload's targets are {type(targets).__name__}; expected a tensor")
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise WorkloadCodeError(
+            f"the workload's targets are {str(targets.dtype).removeprefix('torch.')}; expected integer "
+            "class indices (torch.long), e.g. torch.tensor(labels, dtype=torch.long)"
+        )
+    expected = (*targets.shape, num_classes)
+    if tuple(logits.shape) != expected:
+        raise WorkloadCodeError(
+            f"the workload's model returned logits of shape {_shape(logits.shape)} for targets "
+            f"{_shape(targets.shape)}; expected {_shape(expected)}: num_classes is {num_classes}"
+        )
+    outside = targets[(targets != IGNORE_INDEX) & ((targets < 0) | (targets >= num_classes))]
+    if outside.numel():
+        raise WorkloadCodeError(
+            f"the workload's targets include {int(outside[0])}, outside 0..{num_classes - 1} "
+            f"(num_classes is {num_classes}; {IGNORE_INDEX} marks padding)"
+        )
+
+
+def check_dataset_targets(dataset: object, num_classes: int, split: str) -> None:
+    """Every target of a ``TensorDataset`` at once (one vector op), so a bad label deep in the data
+    is found before training rather than at whichever step first draws it; other datasets are
+    checked batch by batch only in the first step (``check_batch``)."""
+    from torch.utils.data import TensorDataset
+
+    if not isinstance(dataset, TensorDataset) or len(dataset.tensors) < 2:
+        return
+    targets = dataset.tensors[1]
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        return  # check_batch words this one, with the first batch in hand
+    outside = targets[(targets != IGNORE_INDEX) & ((targets < 0) | (targets >= num_classes))]
+    if outside.numel():
+        raise WorkloadCodeError(
+            f"the workload's {split} targets include {int(outside[0])}, outside 0..{num_classes - 1} "
+            f"(num_classes is {num_classes}; {IGNORE_INDEX} marks padding)"
+        )
