@@ -1,0 +1,88 @@
+"""PostgreSQL under fire: the workers' connections are terminated again and again mid-phase.
+
+Only this test's connections are terminated (they carry a unique ``application_name``): other
+tests share the server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.orchestrate_tests.conftest import load_phase, run_tuner, toy_study, tuner_env
+
+
+def _terminate_loop(admin_url: str, app: str, stop: threading.Event, period_s: float) -> list[int]:
+    """Every ``period_s``: ``pg_terminate_backend`` of every connection named ``app``."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    killed: list[int] = []
+    with engine.connect() as connection:
+        while not stop.wait(period_s):
+            rows = connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :app AND pid <> pg_backend_pid()"
+                ),
+                {"app": app},
+            ).fetchall()
+            killed.append(len(rows))
+    engine.dispose()
+    return killed
+
+
+@pytest.mark.postgres
+def test_terminated_connections_lose_no_worker_and_count_nothing_twice(
+    tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str
+) -> None:
+    separator = "&" if "?" in postgres_url else "?"
+    url = f"{postgres_url}{separator}application_name={unique_name}"
+    study = toy_study(
+        tmp_path,
+        name=unique_name,
+        options={"step_sleep_s": 0.02},
+        round1={"trials": 10, "steps": 30, "max_failed": 1},
+    )
+    stop = threading.Event()
+    killed: list[int] = []
+    chaos = threading.Thread(
+        target=lambda: killed.extend(_terminate_loop(postgres_url, unique_name, stop, 1.5)), daemon=True
+    )
+    chaos.start()
+    try:
+        done = run_tuner(
+            "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir),
+            "--storage", url, "--no-progress",
+            env=tuner_env(),
+        )  # fmt: skip
+    finally:
+        stop.set()
+        chaos.join(timeout=30)
+    try:
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        assert sum(killed) >= 3, killed  # the chaos really hit the workers
+        worker_logs = "".join(p.read_text() for p in (output_dir / unique_name / "round-1" / ".workers").glob("*.log"))
+        assert "Traceback" not in worker_logs + output, worker_logs
+        trials = load_phase(postgres_url, unique_name).trials
+        assert len({t.number for t in trials}) == len(trials)
+        counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
+        complete = [t.user_attrs["slot"] for t in counted if t.state.name == "COMPLETE"]
+        assert sorted(complete) == list(range(10)), [
+            (t.number, t.state.name, t.user_attrs.get("slot"), t.user_attrs.get("failure_reason"))
+            for t in trials
+        ]
+        assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+        # no live trial was declared dead: nothing was marked killed (the workers never died)
+        assert not [t for t in counted if t.user_attrs.get("failure_reason") == "killed"]
+    finally:
+        import contextlib
+
+        import optuna
+
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
