@@ -7,7 +7,6 @@ tests share the server.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -66,7 +65,9 @@ def test_terminated_connections_lose_no_worker_and_count_nothing_twice(
         output = done.stdout + done.stderr
         assert done.returncode == 0, output
         assert sum(killed) >= 3, killed  # the chaos really hit the workers
-        worker_logs = "".join(p.read_text() for p in (output_dir / unique_name / "round-1" / ".workers").glob("*.log"))
+        worker_logs = "".join(
+            p.read_text() for p in (output_dir / unique_name / "round-1" / ".workers").glob("*.log")
+        )
         assert "Traceback" not in worker_logs + output, worker_logs
         trials = load_phase(postgres_url, unique_name).trials
         assert len({t.number for t in trials}) == len(trials)
