@@ -1,0 +1,191 @@
+"""The worker protocol under storage faults: lost acknowledgements, lost locks, lost races.
+
+Faults are injected around a real storage (SQLite, or the real PostgreSQL where it is set up):
+a call that reaches the database and then "loses its acknowledgement" is the real call followed
+by the error a dropped connection raises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner.errors import UsageError
+from tuner.orchestrate import PhaseSettings, count_trials, open_storage, start_phase
+from tuner.orchestrate._optuna_adapter import trial_id as trial_id_of
+from tuner.orchestrate.budget import Decision
+from tuner.orchestrate.claim import Claimed, Claimer, NewSlot, yield_duplicates
+from tuner.orchestrate.failures import FailureReason, fail_trial
+from tuner.orchestrate.locks import phase_lock, sqlite_lock_path
+from tuner.orchestrate.messages import Finished
+from tuner.orchestrate.record import Recorder
+
+
+class LostAck:
+    """A real storage whose chosen method commits, then raises as if the connection dropped."""
+
+    def __init__(self, storage: Any, method: str, times: int = 1, before: Any = None) -> None:
+        self._storage, self._method, self._times, self._before = storage, method, times, before
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._storage, name)
+        if name != self._method:
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._before is not None:
+                self._before(*args, **kwargs)
+            result = real(*args, **kwargs)
+            if self._times > 0:
+                self._times -= 1
+                from sqlalchemy.exc import OperationalError
+
+                raise OperationalError("lost acknowledgement", {}, Exception("connection dropped"))
+            return result
+
+        return call
+
+
+def _phase(tmp_path: Path, **budget: Any) -> tuple[Any, Any, PhaseSettings]:
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval_s=1, grace_period_s=60)
+    trials = budget.pop("max_trials", 4)
+    settings = PhaseSettings.build(trials, max_failed=trials + 1, **budget)  # unproven trials may run
+    study = start_phase(storage, "s", "round-1", settings, direction="minimize")
+    return storage, study, settings
+
+
+def _slot(slot: int) -> NewSlot:
+    return NewSlot(params=None, distributions=None, fixed_params={}, user_attrs={"slot": slot, "attempt": 0})
+
+
+def test_a_claim_whose_acknowledgement_was_lost_is_found_not_repeated(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    for method in ("create_new_trial", "set_trial_state_values"):
+        claimed = Claimer(LostAck(storage, method), study, _slot).claim(settings)
+        assert isinstance(claimed, Claimed)
+    trials = study.get_trials()
+    assert [t.user_attrs["slot"] for t in trials] == [0, 1]  # one trial per claim, none orphaned
+    assert {t.state.name for t in trials} == {"RUNNING"}
+
+
+def test_the_side_that_lost_the_lock_yields_its_duplicate_and_it_counts_for_nothing(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    first = Claimer(storage, study, _slot).claim(settings)
+    # a worker whose lock was lost while it claimed saw no slot 0 and created it again
+    rogue = Claimer(storage, study, lambda slot: _slot(0)).claim(settings)
+    assert isinstance(first, Claimed) and isinstance(rogue, Claimed)
+    assert yield_duplicates(storage, study, [rogue.trial.number]) == [rogue.trial.number]
+    assert yield_duplicates(storage, study, [first.trial.number]) == []  # the survivor stays
+    trials = study.get_trials()
+    assert trials[rogue.trial.number].state.name == "FAIL"
+    assert trials[rogue.trial.number].user_attrs["duplicate_of"] == first.trial.number
+    counts = count_trials(trials)
+    assert (counts.slots, counts.running, counts.failed) == (1, 1, 0)
+
+
+def test_a_result_told_for_a_trial_another_worker_failed_is_ignored(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    fail_trial(storage, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
+    done = Finished("completed", "", 40, 0.5, 40, None, 1.0)
+    Recorder(storage, study, claimed.trial_id, claimed.trial.number, attempt=0, last_step=40).record(
+        done, tmp_path, settings
+    )  # no exception: the worker that was cut off moves on
+    assert study.get_trials()[0].state.name == "FAIL"
+    # a retried tell whose acknowledgement was lost is harmless too
+    study.tell(claimed.trial.number, 0.5, skip_if_finished=True)
+
+
+def test_no_retry_is_queued_when_the_owner_completed_the_trial_first(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+
+    def owner_completes(trial_id: int, key: str, value: Any) -> None:
+        if key == "retried":  # while the stale-checker writes why it fails the trial
+            study.tell(claimed.trial.number, 0.25)
+
+    racing = LostAck(storage, "set_trial_user_attr", times=0, before=owner_completes)
+    assert not fail_trial(racing, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
+    states = [t.state.name for t in study.get_trials()]
+    assert states == ["COMPLETE"]  # no WAITING retry for a slot that completed
+
+
+def test_a_retry_lost_by_a_crash_is_enqueued_by_the_next_claim(tmp_path: Path) -> None:
+    from optuna.trial import TrialState
+
+    storage, study, settings = _phase(tmp_path, max_trials=1)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    # what fail_trial had done when its worker died: why, "retried", FAIL; no retry yet
+    for key, value in {"failure_reason": "crashed", "error": "boom", "retried": True}.items():
+        storage.set_trial_user_attr(claimed.trial_id, key, value)
+    storage.set_trial_state_values(claimed.trial_id, state=TrialState.FAIL)
+    retry = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(retry, Claimed)
+    assert retry.trial.user_attrs["retry_of"] == claimed.trial.number
+    assert retry.trial.user_attrs["attempt"] == 1 and retry.trial.user_attrs["slot"] == 0
+    assert isinstance(Claimer(storage, study, _slot).claim(settings), Decision)  # only one retry
+
+
+def test_a_lost_fail_acknowledgement_still_queues_exactly_one_retry(tmp_path: Path) -> None:
+    from tuner.orchestrate.storage import with_retries
+
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    lossy = LostAck(storage, "set_trial_state_values")
+    with_retries(fail_trial, lossy, study, claimed.trial_id, FailureReason.CRASHED, "boom", settings)
+    waiting = [t for t in study.get_trials() if t.state.name == "WAITING"]
+    assert [t.user_attrs["retry_of"] for t in waiting] == [claimed.trial.number]
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://root@localhost/tuner", "mysql+pymysql://u:secret@db/x", "mssql://h/db", "oracle://h"]
+)
+def test_a_storage_without_a_phase_lock_is_refused_in_one_line(url: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        open_storage(url)
+    message = str(caught.value)
+    assert "not supported" in message and "sqlite" in message and "postgresql" in message
+    assert "\n" not in message and "secret" not in message
+
+
+def test_the_sqlite_phase_lock_is_one_file_however_the_url_spells_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = sqlite_lock_path("sqlite:///./runs/x.db", "s/round-1")
+    absolute = sqlite_lock_path(f"sqlite:///{tmp_path}/runs/../runs/x.db", "s/round-1")
+    assert relative == absolute and relative is not None and relative.parent == tmp_path / "runs"
+
+
+@pytest.mark.postgres
+def test_a_postgres_lock_whose_connection_was_terminated_reports_itself_lost(
+    postgres_url: str, unique_name: str
+) -> None:
+    from sqlalchemy import create_engine, text
+
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}application_name={unique_name}"
+    storage = open_storage(url)
+    with phase_lock(storage, unique_name) as held:
+        pass
+    assert not held.lost
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with phase_lock(storage, unique_name) as held, admin.connect() as connection:
+        connection.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :a"),
+            {"a": unique_name},
+        )
+    assert held.lost  # another worker may have been in the critical section with us
+    admin.dispose()
+
+
+def test_trial_ids_come_from_public_api(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    assert trial_id_of(storage, study, claimed.trial.number) == claimed.trial_id
