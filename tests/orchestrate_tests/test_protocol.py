@@ -189,3 +189,27 @@ def test_trial_ids_come_from_public_api(tmp_path: Path) -> None:
     claimed = Claimer(storage, study, _slot).claim(settings)
     assert isinstance(claimed, Claimed)
     assert trial_id_of(storage, study, claimed.trial.number) == claimed.trial_id
+
+
+def test_storage_errors_absorbed_by_retries_are_counted_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets a test assert "no database is locked" although ``with_retries`` hides it."""
+    from sqlalchemy.exc import OperationalError
+
+    from tuner.orchestrate import storage
+
+    log = tmp_path / "retries.log"
+    monkeypatch.setenv(storage.RETRY_LOG_ENV, str(log))
+    calls = []
+
+    def locked_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("INSERT", {}, Exception("database is locked"))
+        return "ok"
+
+    before = storage.retries.locked
+    assert storage.with_retries(locked_once, first_wait_s=0.01) == "ok"
+    assert storage.retries.locked == before + 1
+    assert "locked: " in log.read_text()

@@ -14,11 +14,12 @@ the child and records nothing: the retry owns the slot now.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 from typing import Any
+
+from tuner.orchestrate.storage import note_retry
 
 HEARTBEAT_ENV = "TUNER_HEARTBEAT_S"
 GRACE_ENV = "TUNER_HEARTBEAT_GRACE_S"
@@ -71,9 +72,11 @@ class HeartbeatThread:
         for attempt in range(BEAT_ATTEMPTS):
             if self._stop.is_set():
                 return False
-            with contextlib.suppress(Exception):  # a dropped connection: try again shortly
+            try:
                 self.storage.record_heartbeat(self.trial_id)
                 return bool(self.storage.get_trial(self.trial_id).state.is_finished())
+            except Exception as error:  # a dropped connection: try again shortly
+                note_retry(error)
             if attempt < BEAT_ATTEMPTS - 1:
                 time.sleep(BEAT_RETRY_S)
         return False

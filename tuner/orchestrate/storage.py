@@ -142,6 +142,7 @@ def open_storage(
                 time.sleep(0.5)  # two processes (machines) created the schema at once: it exists now
                 continue
             if attempt < OPEN_ATTEMPTS - 1 and _transient(error) and not _unreachable(error):
+                note_retry(error)
                 time.sleep(0.5 * 2**attempt)  # a connection dropped while opening (a failover)
                 continue
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -191,7 +192,8 @@ class RetryCounts:
 retries = RetryCounts()
 
 
-def _count_retry(error: BaseException) -> None:
+def note_retry(error: BaseException) -> None:
+    """Count (and log to ``$TUNER_STORAGE_RETRY_LOG``) a storage error that will be retried."""
     retries.total += 1
     locked = "database is locked" in str(error)
     retries.locked += locked
@@ -218,7 +220,7 @@ def with_retries(call: Any, *args: Any, attempts: int = 6, first_wait_s: float =
         except (StorageInternalError, OperationalError) as error:
             if attempt == attempts - 1:
                 raise
-            _count_retry(error)
+            note_retry(error)
             time.sleep(first_wait_s * 2**attempt)
     raise AssertionError("unreachable")
 
