@@ -199,6 +199,10 @@ class Worker:
         slot = int(frozen.user_attrs.get("slot", frozen.number))
         attempt = int(frozen.user_attrs.get("attempt", 0))
         run_dir = self._run_dir(slot, attempt, frozen.user_attrs.get("resume_dir"))
+        if attempt and not self._folder_freed(run_dir, beat):
+            # its predecessor still holds it (a frozen machine's trial, not dead yet): never
+            # write a folder another process holds; start over in one of our own
+            run_dir = self.options.phase_dir / f"trial-{slot:04d}.{attempt}"
         job = self._prepared.pop(slot, None) if attempt == 0 and "run_dir" in frozen.user_attrs else None
         recorder = Recorder(
             self.storage,
@@ -241,6 +245,18 @@ class Worker:
             on_message=recorder.on_message,
         )
         recorder.record(outcome, run_dir, settings)
+
+    def _folder_freed(self, run_dir: Path, beat: HeartbeatThread) -> bool:
+        """Wait (up to a heartbeat grace) for another process to let go of ``run_dir``."""
+        from tuner.train.run_folder import is_locked
+
+        deadline = time.monotonic() + heartbeat_settings()[1]
+        while run_dir.is_dir() and is_locked(run_dir):
+            if time.monotonic() >= deadline or self.signals.count or beat.ended_elsewhere.is_set():
+                return False
+            self._write_status("waiting", f"{run_dir.name} is still held by its previous attempt")
+            time.sleep(0.2)
+        return True
 
     def _write_status(self, state: str, detail: str, **fields: Any) -> None:
         """``<phase>/.workers/<label>.json``: what this worker does, for the live display."""
