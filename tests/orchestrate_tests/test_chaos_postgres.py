@@ -87,3 +87,88 @@ def test_terminated_connections_lose_no_worker_and_count_nothing_twice(
 
         with contextlib.suppress(KeyError):
             optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
+
+
+@pytest.mark.postgres
+def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
+    tmp_path: Path, postgres_url: str, unique_name: str
+) -> None:
+    """``run-round`` here, ``tuner worker`` on "another machine" (its own output folder)."""
+    import json
+    import signal
+
+    from tests.orchestrate_tests.conftest import start_tuner
+    from tests.orchestrate_tests.test_preemption import _wait_for
+    from tuner.orchestrate import count_trials
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    study = toy_study(
+        tmp_path / "study",
+        name=unique_name,
+        options={"step_sleep_s": 0.03},
+        round1={"trials": 4, "steps": 60, "max_failed": 1},
+    )
+    env = tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S="4")
+    command = start_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(here), "--no-progress",
+        env=env,
+    )  # fmt: skip
+
+    def phase_exists() -> bool:
+        try:
+            load_phase(postgres_url, unique_name)
+            return True
+        except KeyError:
+            return False
+
+    try:
+        _wait_for(phase_exists, 120, "the phase")
+        machine = start_tuner(
+            "worker",
+            str(study),
+            "--phase",
+            "round-1",
+            "--output-dir",
+            str(there),
+            "--label",
+            "there",
+            env=env,
+        )
+        status_file = there / unique_name / "round-1" / ".workers" / "there.json"
+
+        def busy() -> int | None:
+            try:
+                status = json.loads(status_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return (
+                status["trial"]
+                if status.get("state") == "training" and 10 <= status.get("step", 0) <= 40
+                else None
+            )
+
+        number = _wait_for(busy, 120, "the other machine mid-trial")
+        machine.send_signal(signal.SIGKILL)  # the machine is lost (its trial dies with it)
+        machine.wait()
+        output, _ = command.communicate(timeout=240)
+        assert command.returncode == 0, output
+        trials = load_phase(postgres_url, unique_name).trials
+        lost = trials[number]
+        assert lost.state.name == "FAIL" and lost.user_attrs["failure_reason"] == "killed"
+        assert lost.user_attrs["retried"] and lost.user_attrs["worker"] == "there"
+        (retry,) = [t for t in trials if t.user_attrs.get("retry_of") == number]
+        assert retry.state.name == "COMPLETE" and retry.user_attrs["worker"] != "there"
+        # no shared folder: the retry started over in a folder of this machine
+        assert Path(retry.user_attrs["run_dir"]).is_relative_to(here.resolve())
+        assert not retry.user_attrs.get("resumed_from_step")
+        counts = count_trials(trials)
+        assert (counts.slots, counts.completed, counts.failed) == (4, 4, 0)  # max_failed 1 never hit
+        assert len({t.number for t in trials}) == len(trials)
+    finally:
+        command.kill()
+        import contextlib
+
+        import optuna
+
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)

@@ -165,10 +165,11 @@ class Worker:
 
     # -- one trial --------------------------------------------------------------------------
     def _run_dir(self, slot: int, attempt: int, resume_dir: str | None) -> Path:
-        # a retry resumes in its predecessor's folder when this machine can see it (same machine
-        # or a shared file system) or would have made it (a predecessor stopped before it trained);
-        # elsewhere it starts over in a folder of its own
-        if resume_dir and (Path(resume_dir).is_dir() or Path(resume_dir).parent == self.options.phase_dir):
+        """A retry resumes in its predecessor's folder when that folder belongs to this worker's
+        output folder (this machine, or a file system shared under the same path); a folder of
+        another output folder is another machine's, even if visible here: it starts over in a
+        folder of its own rather than write into someone else's tree."""
+        if resume_dir and Path(resume_dir).resolve().parent == self.options.phase_dir.resolve():
             return Path(resume_dir)
         name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
         return self.options.phase_dir / name
