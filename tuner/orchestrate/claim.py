@@ -23,7 +23,7 @@ from typing import Any
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.budget import DUPLICATE_ATTR, Decision, count_trials, decide
 from tuner.orchestrate.failures import counted, enqueue_missing_retries
-from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 from tuner.orchestrate.storage import with_retries
 
@@ -54,13 +54,14 @@ class Claimer:
 
     def __init__(self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot]) -> None:
         self.storage, self.study, self.new_slot = storage, study, new_slot
-        self.direction = study.direction.name.lower()
+        self.direction = with_retries(lambda: study.direction).name.lower()
 
     def claim(self, settings: PhaseSettings) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed)."""
         token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
         for _ in range(RECONCILE_ATTEMPTS):
-            result, lost = with_retries(self._claim_once, settings, token)
+            lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
+            result = with_retries(self._claim_once, settings, token, lost)
             if not lost or not isinstance(result, Claimed):
                 return result
             if not yield_duplicates(self.storage, self.study, [result.trial.number]):
@@ -69,18 +70,15 @@ class Claimer:
             token = uuid.uuid4().hex
         return Decision("wait", "the phase lock keeps being lost (the storage connection drops)")
 
-    def _claim_once(self, settings: PhaseSettings, token: str) -> tuple[Claimed | Decision, bool]:
-
-        with phase_lock(self.storage, self.study.study_name) as lock:
+    def _claim_once(self, settings: PhaseSettings, token: str, lost: LostLocks) -> Claimed | Decision:
+        with lost.watch(phase_lock(self.storage, self.study.study_name)):
             trials = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
             if mine:  # an earlier try of this claim got through: continue it, create nothing
-                result: Claimed | Decision = self._resume(mine[0])
-            else:
-                enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
-                trials = self.study.get_trials(deepcopy=False)
-                result = self._claim_new(counted(trials), settings, token)
-        return result, lock.lost
+                return self._resume(mine[0])
+            enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
+            trials = self.study.get_trials(deepcopy=False)
+            return self._claim_new(counted(trials), settings, token)
 
     def _resume(self, trial: Any) -> Claimed | Decision:
         from optuna.trial import TrialState
@@ -143,19 +141,21 @@ def yield_duplicates(storage: Any, study: Any, numbers: Iterable[int]) -> list[i
     """After a lost lock: fail each of our trials ``numbers`` that another counted trial
     duplicates (same slot and attempt), marking it ``duplicate_of``. Returns those yielded."""
     wanted = set(numbers)
+    yielded: list[int] = []
     for _ in range(RECONCILE_ATTEMPTS):
-        yielded, lost = with_retries(_yield_once, storage, study, wanted)
+        lost = LostLocks()
+        yielded = with_retries(_yield_once, storage, study, wanted, lost)
         if not lost:
-            return yielded
+            break
     return yielded
 
 
-def _yield_once(storage: Any, study: Any, wanted: set[int]) -> tuple[list[int], bool]:
+def _yield_once(storage: Any, study: Any, wanted: set[int], lost: LostLocks) -> list[int]:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     yielded = []
-    with phase_lock(storage, study.study_name) as lock:
+    with lost.watch(phase_lock(storage, study.study_name)):
         trials = study.get_trials(deepcopy=False)
         live = counted(trials)
         for ours in (t for t in trials if t.number in wanted):
@@ -172,4 +172,4 @@ def _yield_once(storage: Any, study: Any, wanted: set[int]) -> tuple[list[int], 
             except UpdateFinishedTrialError:
                 pass
             yielded.append(ours.number)
-    return yielded, lock.lost
+    return yielded

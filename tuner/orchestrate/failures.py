@@ -21,7 +21,7 @@ from typing import Any
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.budget import DUPLICATE_ATTR
-from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
 ERROR_LOG = "error.log"
@@ -138,10 +138,34 @@ def fail_trial(
     Runs under the phase lock, so two workers failing the same stale trial cannot both retry it.
     Returns whether this call failed the trial. Idempotent: ``with_retries`` may call it again.
     """
+    from tuner.orchestrate.storage import with_retries
+
+    lost, enqueued = LostLocks(), []
+    failed_here = with_retries(
+        _fail_once, storage, study, trial_id, reason, error, settings, attrs, lost, enqueued
+    )
+    if lost and enqueued:  # another worker may have enqueued the same retry meanwhile
+        from tuner.orchestrate.claim import yield_duplicates
+
+        yield_duplicates(storage, study, enqueued)
+    return failed_here
+
+
+def _fail_once(
+    storage: Any,
+    study: Any,
+    trial_id: int,
+    reason: FailureReason,
+    error: str,
+    settings: PhaseSettings,
+    attrs: dict[str, Any],
+    lost: LostLocks,
+    enqueued: list[int],
+) -> bool:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    with phase_lock(storage, study.study_name) as lock:
+    with lost.watch(phase_lock(storage, study.study_name)):
         current = storage.get_trial(trial_id)
         failed_here = False
         if not current.state.is_finished():
@@ -153,11 +177,9 @@ def fail_trial(
                 failed_here = bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
             except UpdateFinishedTrialError:
                 failed_here = False  # its owner (or another worker) finished it first
-        enqueued = enqueue_missing_retries(storage, study)
-    if lock.lost and enqueued:
-        from tuner.orchestrate.claim import yield_duplicates
-
-        yield_duplicates(storage, study, enqueued)
+        elif current.state == TrialState.FAIL and current.user_attrs.get("failure_reason") == str(reason):
+            failed_here = current.user_attrs.get("error") == error  # an earlier try got through
+        enqueued += enqueue_missing_retries(storage, study)
     return failed_here
 
 

@@ -35,6 +35,30 @@ class PhaseLock:
     lost: bool = False
 
 
+class LostLocks:
+    """Remembers whether any of several holds of the lock was lost (each try of a retried call).
+
+    A try that fails with a storage error may have lost the lock *and* written something before
+    failing; the next try, holding a good lock, cannot tell. ``watch`` records every hold.
+    """
+
+    def __init__(self) -> None:
+        self.lost = False
+
+    def __bool__(self) -> bool:
+        return self.lost
+
+    @contextlib.contextmanager
+    def watch(self, lock: contextlib.AbstractContextManager[PhaseLock]) -> Iterator[PhaseLock]:
+        held: PhaseLock | None = None
+        try:
+            with lock as held:
+                yield held
+        finally:
+            if held is not None and held.lost:
+                self.lost = True
+
+
 def sqlite_lock_path(url: str, name: str) -> Path | None:
     """The lock file of phase ``name``: the same however the URL spells the database's path."""
     if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
@@ -83,5 +107,9 @@ def _postgres_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
             held.lost = not released
         except Exception:  # the connection died: the server dropped the lock at some point
             held.lost = True
+        if held.lost:
+            from tuner.orchestrate.storage import note_retry
+
+            note_retry(RuntimeError(f"phase lock {name} was lost while held"))
         with contextlib.suppress(Exception):
             connection.close()

@@ -89,11 +89,8 @@ class Recorder:
                 pass
 
     def fail(self, reason: FailureReason, message: str, settings: PhaseSettings, **attrs: Any) -> bool:
-        return bool(
-            with_retries(
-                fail_trial, self.storage, self.study, self.trial_id, reason, message, settings, **attrs
-            )
-        )
+        """Record a failure (``fail_trial`` retries storage errors itself)."""
+        return fail_trial(self.storage, self.study, self.trial_id, reason, message, settings, **attrs)
 
     def record(self, outcome: Outcome, run_dir: Path, settings: PhaseSettings) -> None:
         """The trial's end: its value (COMPLETE), a clean stop (PRUNED), or a failure."""
