@@ -213,3 +213,53 @@ def test_storage_errors_absorbed_by_retries_are_counted_and_logged(
     assert storage.with_retries(locked_once, first_wait_s=0.01) == "ok"
     assert storage.retries.locked == before + 1
     assert "locked: " in log.read_text()
+
+
+def test_a_trial_process_whose_worker_is_already_gone_does_not_train_as_an_orphan() -> None:
+    """The parent-death signal only covers a death after it is requested: checked after."""
+    import subprocess
+    import sys
+
+    script = (
+        "import signal; from tuner.orchestrate.trial_process import die_with_parent; "
+        "die_with_parent(signal.SIGKILL, parent_pid=-1); print('still training')"
+    )  # -1: a parent that is not ours any more (it died, we were re-parented)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9 and "still training" not in done.stdout
+
+
+def test_the_worker_never_imports_the_users_workload(tmp_path: Path, output_dir: Path) -> None:
+    """Code that touches CUDA at import time must only run in the trial processes."""
+    from tests.orchestrate_tests.conftest import run_tuner, toy_study, tuner_env
+
+    log = tmp_path / "imports.log"
+    study = toy_study(tmp_path, round1={"trials": 2, "steps": 10})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir),
+        env=tuner_env(TOY_IMPORT_LOG=str(log)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    imports = [line.split() for line in log.read_text().splitlines()]
+    assert len(imports) == 2  # one per trial
+    assert len({parent for _, parent in imports}) == 1  # the trial processes: children of one worker
+    assert not {pid for pid, _ in imports} & {parent for _, parent in imports}  # the worker: never
+
+
+def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_path: Path) -> None:
+    """Beats come from their own thread: a worker stuck in a storage retry still looks alive;
+    once another worker has failed the trial, the thread says so (the supervisor then abandons)."""
+    import time
+
+    from tuner.orchestrate._optuna_adapter import stale_trial_ids
+    from tuner.orchestrate.heartbeat import HeartbeatThread
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval_s=1, grace_period_s=2)
+    settings = PhaseSettings.build(2, max_failed=3)
+    study = start_phase(storage, "s", "round-1", settings, direction="minimize")
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    with HeartbeatThread(storage, claimed.trial_id, 0.5) as beat:
+        time.sleep(3.5)  # the main thread does nothing for longer than the grace
+        assert stale_trial_ids(storage, study) == []
+        fail_trial(storage, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
+        assert beat.ended_elsewhere.wait(30)

@@ -17,6 +17,10 @@ from torch.utils.data import TensorDataset
 
 from tuner.workloads import Workload, WorkloadContext
 
+if os.environ.get("TOY_IMPORT_LOG"):  # which processes import the user's code (a test asks)
+    with open(os.environ["TOY_IMPORT_LOG"], "a") as log:
+        log.write(f"{os.getpid()} {os.getppid()}\n")
+
 
 class _Toy(torch.nn.Module):
     def __init__(self, sleep_s: float) -> None:
