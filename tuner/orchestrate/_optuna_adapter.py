@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+_study_ids: dict[tuple[int, str], int] = {}
+
 
 def study_id(storage: Any, study: Any) -> int:
-    """Public: the id of ``study`` (an ``optuna.Study``) in ``storage``."""
-    return int(storage.get_study_id_from_name(study.study_name))
+    """Public: the id of ``study`` (an ``optuna.Study``) in ``storage`` (asked once: it never changes)."""
+    key = (id(storage), study.study_name)
+    if key not in _study_ids:
+        _study_ids[key] = int(storage.get_study_id_from_name(study.study_name))
+    return _study_ids[key]
 
 
 def trial_id(storage: Any, study: Any, number: int) -> int:

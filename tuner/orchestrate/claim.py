@@ -76,8 +76,8 @@ class Claimer:
             mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
             if mine:  # an earlier try of this claim got through: continue it, create nothing
                 return self._resume(mine[0])
-            enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
-            trials = self.study.get_trials(deepcopy=False)
+            if enqueue_missing_retries(self.storage, self.study, trials):  # a crash lost them
+                trials = self.study.get_trials(deepcopy=False)
             return self._claim_new(counted(trials), settings, token)
 
     def _resume(self, trial: Any) -> Claimed | Decision:

@@ -86,7 +86,7 @@ def _normalise(url: str) -> str:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("postgresql", "postgres"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if scheme in ("sqlite", "postgresql+psycopg"):
+    if scheme == "sqlite" or scheme.startswith("postgresql+"):  # the lock works with any driver
         return url
     raise UsageError(
         f"storage {redact_url(url)} is not supported: tuner stores studies in {SUPPORTED} "
