@@ -263,3 +263,18 @@ def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_pat
         assert stale_trial_ids(storage, study) == []
         fail_trial(storage, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
         assert beat.ended_elsewhere.wait(30)
+
+
+def test_a_result_whose_acknowledgement_was_lost_is_told_again_harmlessly(tmp_path: Path) -> None:
+    import optuna
+
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    lossy = optuna.load_study(study_name="s/round-1", storage=LostAck(storage, "set_trial_state_values"))
+    done = Finished("completed", "", 40, 0.5, 40, None, 1.0)
+    Recorder(storage, lossy, claimed.trial_id, claimed.trial.number, attempt=0, last_step=40).record(
+        done, tmp_path, settings
+    )
+    (trial,) = study.get_trials()
+    assert trial.state.name == "COMPLETE" and trial.value == 0.5
