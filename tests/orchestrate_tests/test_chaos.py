@@ -116,7 +116,7 @@ def test_the_command_killed_three_times_then_rerun_counts_every_slot_once(
     tmp_path: Path, output_dir: Path
 ) -> None:
     rng = random.Random(3)
-    study = toy_study(tmp_path, options=SLOW, round1={"trials": 6, "steps": 60, "max_retries": 5})
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 4, "steps": 60, "max_retries": 5})
     args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
     url = sqlite_url(output_dir)
     for _ in range(3):
@@ -130,7 +130,7 @@ def test_the_command_killed_three_times_then_rerun_counts_every_slot_once(
     again = run_tuner(*args, "--no-progress", env=tuner_env(**QUICK_GRACE))
     assert again.returncode == 0, again.stdout + again.stderr
     trials = load_phase(url, "toy").trials
-    _assert_each_slot_done_once(trials, 6)
+    _assert_each_slot_done_once(trials, 4)
 
 
 def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws(
