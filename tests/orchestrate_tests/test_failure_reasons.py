@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, 
     [
         ("segfault", "crashed", "died of signal SIGSEGV", ()),
         ("oom", "oom", "MemoryError: toy workload out of memory", ()),
+        ("alloc", "oom", "can't allocate memory", ()),  # a real failed allocation, not a MemoryError
         ("raise_at_step", "crashed", "RuntimeError: toy workload fails at step 5", ()),
         ("hang", "timeout", "no result within the 4 s trial timeout", ("--trial-timeout", "4")),
     ],
@@ -37,5 +39,10 @@ def test_a_dying_trial_is_recorded_with_its_reason_and_the_next_trial_still_runs
         assert trial.state.name == "FAIL"
         assert trial.user_attrs["failure_reason"] == reason
         assert error in trial.user_attrs["error"]
+        # the run folder says what happened, even when its process was killed (timeout)
+        status = json.loads((Path(trial.user_attrs["run_dir"]) / "status.json").read_text())
+        assert status["status"] in ("failed", "timeout") and status["status"] != "running"
+        if reason == "timeout":
+            assert status["status"] == "timeout"
         assert error.split(":")[0] in (Path(trial.user_attrs["run_dir"]) / "error.log").read_text()
     assert f"{len(failed)} {reason}" in done.stdout

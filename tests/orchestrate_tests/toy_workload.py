@@ -1,7 +1,7 @@
 """A tiny workload whose failures are chosen by its options (orchestration tests only).
 
 Options: ``step_sleep_s`` (slow steps, to kill trials mid-run), ``fail`` (``raise``,
-``raise_at_step``, ``segfault``, ``hang``, ``oom``, ``nan``, ``crash_once``), ``fail_at_step``,
+``raise_at_step``, ``segfault``, ``hang``, ``oom``, ``alloc``, ``nan``, ``crash_once``), ``fail_at_step``,
 ``marker_dir`` (where ``crash_once`` remembers it already crashed), ``diverge`` (NaN loss when true).
 """
 
@@ -16,6 +16,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tuner.workloads import Workload, WorkloadContext
+
+if os.environ.get("TOY_IMPORT_LOG"):  # which processes import the user's code (a test asks)
+    with open(os.environ["TOY_IMPORT_LOG"], "a") as log:
+        log.write(f"{os.getpid()} {os.getppid()}\n")
 
 
 class _Toy(torch.nn.Module):
@@ -58,6 +62,8 @@ def build(ctx: WorkloadContext) -> Workload:
                 time.sleep(3600)
             if fail == "oom":
                 raise MemoryError("toy workload out of memory")
+            if fail == "alloc":  # a real failed allocation: 400 TB, refused by the allocator
+                torch.empty(10**14)
             if fail == "crash_once":
                 done = list(Path(options["marker_dir"]).glob("crashed-*"))
                 if not done:

@@ -16,6 +16,7 @@ from typing import Any
 from tuner.orchestrate.phase import PhaseSettings
 
 FAILURE_WARNING_RATE = 0.2
+DUPLICATE_ATTR = "duplicate_of"  # a trial that lost a race for its slot (see claim.py): never counted
 
 
 @dataclass
@@ -49,12 +50,14 @@ class PhaseCounts:
 
 
 def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCounts:
-    """Tally Optuna ``FrozenTrial``s of one phase."""
+    """Tally Optuna ``FrozenTrial``s of one phase (a slot's duplicate trial counts for nothing)."""
     from optuna.trial import TrialState
 
     counts = PhaseCounts()
     slots: set[int] = set()
     for trial in trials:
+        if DUPLICATE_ATTR in trial.user_attrs:
+            continue
         slots.add(int(trial.user_attrs.get("slot", trial.number)))
         if trial.state == TrialState.COMPLETE:
             counts.completed += 1

@@ -14,26 +14,58 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from tuner._atomic import atomic_write_text
-from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate import _optuna_adapter as adapter
+from tuner.orchestrate.budget import DUPLICATE_ATTR
+from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
-RETRYABLE = frozenset({"crashed", "timeout", "killed", "oom", "interrupted"})
 ERROR_LOG = "error.log"
 
 
-def describe_exit(exitcode: int | None) -> tuple[str, str]:
+class FailureReason(StrEnum):
+    """Why a trial failed; stored as the plain string in the trial's ``failure_reason``."""
+
+    CRASHED = "crashed"
+    DIVERGED = "diverged"
+    TIMEOUT = "timeout"
+    KILLED = "killed"
+    OOM = "oom"
+    INTERRUPTED = "interrupted"
+
+
+RETRYABLE = frozenset(
+    {
+        FailureReason.CRASHED,
+        FailureReason.TIMEOUT,
+        FailureReason.KILLED,
+        FailureReason.OOM,
+        FailureReason.INTERRUPTED,
+    }
+)
+
+
+def describe_exit(exitcode: int | None) -> tuple[FailureReason, str]:
     """(reason, message) for a child that died without telling us why."""
     if exitcode is not None and exitcode < 0:
         number = -exitcode
-        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
         if number == signal.SIGKILL:
-            return "killed", "the trial process was killed by SIGKILL (the kernel's OOM killer does this too)"
-        return "crashed", f"the trial process died of signal {name}"
-    return "crashed", f"the trial process exited with code {exitcode} without a result"
+            return (
+                FailureReason.KILLED,
+                "the trial process was killed by SIGKILL (the kernel's OOM killer does this too)",
+            )
+        try:
+            name = signal.Signals(number).name
+        except ValueError:  # a real-time signal has no name
+            name = str(number)
+        described = signal.strsignal(number)
+        detail = f" ({described})" if described else ""
+        return FailureReason.CRASHED, f"the trial process died of signal {name}{detail}"
+    return FailureReason.CRASHED, f"the trial process exited with code {exitcode} without a result"
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -67,80 +99,164 @@ def latest_checkpoint_step(run_dir: str | Path | None) -> int | None:
         return None
 
 
-def _retry_allowed(trial: Any, reason: str, error: str, settings: PhaseSettings) -> bool:
+def _retry_allowed(trial: Any, reason: FailureReason, error: str, settings: PhaseSettings) -> bool:
     if reason not in RETRYABLE:
         return False
-    if reason == "interrupted":
+    if reason == FailureReason.INTERRUPTED:
         return True
-    if reason in ("crashed", "oom") and trial.user_attrs.get("previous_error") == error:
+    if (
+        reason in (FailureReason.CRASHED, FailureReason.OOM)
+        and trial.user_attrs.get("previous_error") == error
+    ):
         return False  # the same exception twice: deterministic, another retry would only repeat it
     return int(trial.user_attrs.get("retries_used", 0)) < settings.max_retries
 
 
-def fail_trial(
-    study: Any, trial: Any, reason: str, error: str, settings: PhaseSettings, **attrs: Any
-) -> bool:
-    """Record a failure of ``trial`` (a ``FrozenTrial``) and enqueue its retry if allowed.
+def counted(trials: list[Any]) -> list[Any]:
+    """The trials that count: those that lost a race for their slot are left out."""
+    return [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
 
+
+def fail_trial(
+    storage: Any,
+    study: Any,
+    trial_id: int,
+    reason: FailureReason,
+    error: str,
+    settings: PhaseSettings,
+    **attrs: Any,
+) -> bool:
+    """Record a failure of trial ``trial_id`` and enqueue its retry if allowed.
+
+    Order matters, for every step can be cut short (a crash, a lost acknowledgement):
+    1. why it failed, and whether it is retried, are written while the trial is still RUNNING
+       (Optuna refuses writes to finished trials);
+    2. FAIL, which only one process can do: if the trial's owner recorded a result first, this
+       raises and nothing else happens (no retry for a slot that completed);
+    3. only then the retry; if we die before it, ``enqueue_missing_retries`` (run under the
+       lock by every claim) enqueues it: a FAIL trial marked ``retried`` without a successor.
     Runs under the phase lock, so two workers failing the same stale trial cannot both retry it.
-    Returns whether a retry was enqueued. Side effects: user attrs on the trial, a new WAITING trial.
+    Returns whether this call failed the trial. Idempotent: ``with_retries`` may call it again.
     """
+    from tuner.orchestrate.storage import with_retries
+
+    lost, enqueued = LostLocks(), []
+    failed_here = with_retries(
+        _fail_once, storage, study, trial_id, reason, error, settings, attrs, lost, enqueued
+    )
+    if lost and enqueued:  # another worker may have enqueued the same retry meanwhile
+        from tuner.orchestrate.claim import yield_duplicates
+
+        yield_duplicates(storage, study, enqueued)
+    return failed_here
+
+
+def _fail_once(
+    storage: Any,
+    study: Any,
+    trial_id: int,
+    reason: FailureReason,
+    error: str,
+    settings: PhaseSettings,
+    attrs: dict[str, Any],
+    lost: LostLocks,
+    enqueued: list[int],
+) -> bool:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    storage, trial_id = study._storage, trial._trial_id
-    with phase_lock(storage, study.study_name):
+    with lost.watch(phase_lock(storage, study.study_name)):
         current = storage.get_trial(trial_id)
-        if current.state.is_finished():
-            return False
-        retry = _retry_allowed(current, reason, error, settings)
-        already = any(
-            t.user_attrs.get("retry_of") == current.number for t in study.get_trials(deepcopy=False)
+        failed_here = False
+        if not current.state.is_finished():
+            retry = _retry_allowed(current, reason, error, settings)
+            written = {"failure_reason": str(reason), "error": error, "retried": retry, **attrs}
+            try:
+                for key, value in written.items():
+                    storage.set_trial_user_attr(trial_id, key, value)
+                failed_here = bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
+            except UpdateFinishedTrialError:
+                failed_here = False  # its owner (or another worker) finished it first
+        elif current.state == TrialState.FAIL and current.user_attrs.get("failure_reason") == str(reason):
+            failed_here = current.user_attrs.get("error") == error  # an earlier try got through
+        enqueued += enqueue_missing_retries(storage, study)
+    return failed_here
+
+
+def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None = None) -> list[int]:
+    """Under the phase lock: a WAITING retry for each FAIL trial marked ``retried`` that has none.
+
+    The retry is a new trial for the same slot, same parameters, same run folder (it resumes).
+    Returns the numbers of the trials enqueued.
+    """
+    from optuna.trial import TrialState, create_trial
+
+    trials = counted(trials if trials is not None else study.get_trials(deepcopy=False))
+    succeeded = {t.user_attrs.get("retry_of") for t in trials}
+    enqueued = []
+    for failed in trials:
+        if failed.state != TrialState.FAIL or not failed.user_attrs.get("retried"):
+            continue
+        if failed.number in succeeded:
+            continue
+        reason = failed.user_attrs.get("failure_reason")
+        interrupted = reason == FailureReason.INTERRUPTED
+        error = failed.user_attrs.get("error")
+        params = failed.system_attrs.get("fixed_params") or failed.params
+        user_attrs = {
+            "slot": failed.user_attrs.get("slot", failed.number),
+            "attempt": int(failed.user_attrs.get("attempt", 0)) + 1,
+            "retry_of": failed.number,
+            "retries_used": int(failed.user_attrs.get("retries_used", 0)) + (not interrupted),
+            "previous_error": failed.user_attrs.get("previous_error") if interrupted else error,
+        }
+        if "run_dir" in failed.user_attrs:
+            user_attrs["resume_dir"] = failed.user_attrs["run_dir"]
+        # what ``Study.enqueue_trial`` writes, in one call that tells us the new trial's id
+        template = create_trial(
+            state=TrialState.WAITING, system_attrs={"fixed_params": dict(params)}, user_attrs=user_attrs
         )
-        for key, value in {"failure_reason": reason, "error": error, "retried": retry, **attrs}.items():
-            storage.set_trial_user_attr(trial_id, key, value)
-        if retry and not already:
-            params = current.system_attrs.get("fixed_params") or current.params
-            study.enqueue_trial(
-                dict(params),
-                user_attrs={
-                    "slot": current.user_attrs.get("slot", current.number),
-                    "attempt": int(current.user_attrs.get("attempt", 0)) + 1,
-                    "retry_of": current.number,
-                    "retries_used": int(current.user_attrs.get("retries_used", 0))
-                    + (reason != "interrupted"),
-                    "previous_error": error
-                    if reason != "interrupted"
-                    else current.user_attrs.get("previous_error"),
-                    **(
-                        {"resume_dir": current.user_attrs["run_dir"]}
-                        if "run_dir" in current.user_attrs
-                        else {}
-                    ),
-                },
-            )
-        try:
-            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-        except UpdateFinishedTrialError:
-            return False
-    return retry
+        new_id = storage.create_new_trial(adapter.study_id(storage, study), template_trial=template)
+        enqueued.append(storage.get_trial_number_from_id(new_id))
+    return enqueued
 
 
-def fail_stale_trials(study: Any, settings: PhaseSettings) -> list[int]:
+def fail_stale_trials(storage: Any, study: Any, settings: PhaseSettings) -> list[int]:
     """Trials whose worker stopped sending heartbeats: mark them ``killed`` and retry them.
 
     Returns the numbers of the trials failed here.
     """
-    storage = study._storage
     failed = []
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
+    for trial_id in adapter.stale_trial_ids(storage, study):
         trial = storage.get_trial(trial_id)
         run_dir = trial.user_attrs.get("run_dir")
         message = "its worker stopped sending heartbeats (the process was killed, or its machine was lost)"
         # both are lower bounds of what a resume will load (the index lags latest.pt by a rename)
         known = [trial.user_attrs.get("last_checkpoint_step"), latest_checkpoint_step(run_dir)]
         step = max((s for s in known if s is not None), default=None)
-        fail_trial(study, trial, "killed", message, settings, last_checkpoint_step=step)
-        save_error_log(Path(run_dir) if run_dir else None, message)
-        failed.append(trial.number)
+        if fail_trial(
+            storage, study, trial_id, FailureReason.KILLED, message, settings, last_checkpoint_step=step
+        ):
+            if run_dir:
+                save_error_log(Path(run_dir), message)
+                settle_folder_status(Path(run_dir), FailureReason.KILLED, message)
+            failed.append(trial.number)
     return failed
+
+
+# the engine's run statuses a failure leaves in the run folder's status.json
+_FOLDER_STATUS = {FailureReason.TIMEOUT: "timeout", FailureReason.INTERRUPTED: "interrupted"}
+
+
+def settle_folder_status(run_dir: Path, reason: FailureReason, message: str) -> None:
+    """A child that died (timeout, kill, signal) left ``status.json`` saying ``running``: say
+    what happened, unless another process holds the folder (a retry already started there)."""
+    from tuner.train.run_folder import is_locked, read_status, write_status
+
+    if not run_dir.is_dir() or not (run_dir / "status.json").exists() or is_locked(run_dir):
+        return
+    if read_status(run_dir).get("status") != "running":
+        return
+    write_status(
+        run_dir, status=_FOLDER_STATUS.get(reason, "failed"), message=message, failure_reason=str(reason)
+    )

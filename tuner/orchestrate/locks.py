@@ -1,9 +1,15 @@
-"""One lock per phase, held while a worker counts the budget and claims a trial.
+"""One lock per phase, held while a worker counts the budget and claims (or fails) a trial.
 
 Counting and claiming must be one step, or two workers that both see "one failure left" each
 start a trial and the failure budget is overshot. On SQLite every worker is on this machine, so
-a file lock next to the database is enough; on PostgreSQL an advisory lock makes the same hold
-across machines. The lock is held for milliseconds, never while a trial trains.
+a file lock next to the database is enough; on PostgreSQL a session advisory lock makes the same
+hold across machines. The lock is held for milliseconds, never while a trial trains.
+
+A PostgreSQL session lock dies with its connection, silently: a server restart, a failover or an
+administrator's ``pg_terminate_backend`` can end it while its holder is still inside the critical
+section, and another worker then enters too. The holder cannot prevent that, but it can notice:
+at the end, the unlock must succeed on the same connection and say it released a lock. If not,
+``PhaseLock.lost`` is true and the caller reconciles what it wrote (see ``claim.yield_duplicates``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import contextlib
 import fcntl
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +28,88 @@ def _lock_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
+@dataclass
+class PhaseLock:
+    """What a holder learns when it lets go: ``lost`` if mutual exclusion may have been broken."""
+
+    lost: bool = False
+
+
+class LostLocks:
+    """Remembers whether any of several holds of the lock was lost (each try of a retried call).
+
+    A try that fails with a storage error may have lost the lock *and* written something before
+    failing; the next try, holding a good lock, cannot tell. ``watch`` records every hold.
+    """
+
+    def __init__(self) -> None:
+        self.lost = False
+
+    def __bool__(self) -> bool:
+        return self.lost
+
+    @contextlib.contextmanager
+    def watch(self, lock: contextlib.AbstractContextManager[PhaseLock]) -> Iterator[PhaseLock]:
+        held: PhaseLock | None = None
+        try:
+            with lock as held:
+                yield held
+        finally:
+            if held is not None and held.lost:
+                self.lost = True
+
+
+def sqlite_lock_path(url: str, name: str) -> Path | None:
+    """The lock file of phase ``name``: the same however the URL spells the database's path."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return None
+    path = Path(url.split("sqlite:///", 1)[1].split("?", 1)[0]).resolve()
+    return path.with_name(f".{path.name}.{_lock_key(name) & 0xFFFFFFFF:08x}.lock")
+
+
 @contextlib.contextmanager
-def phase_lock(storage: Any, name: str) -> Iterator[None]:
-    """Exclusive access to the phase ``name`` of ``storage`` (an Optuna ``RDBStorage``)."""
-    storage = getattr(storage, "_backend", storage)  # optuna wraps RDBStorage in a cache
-    url = str(getattr(storage, "url", ""))
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url.split("sqlite:///", 1)[1])
-        lock_path = path.with_name(f".{path.name}.{_lock_key(name) & 0xFFFFFFFF:08x}.lock")
+def phase_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
+    """Exclusive access to the phase ``name`` of ``storage`` (the ``RDBStorage`` tuner opened)."""
+    url = str(storage.url)
+    lock_path = sqlite_lock_path(url, name)
+    if lock_path is not None:
         with lock_path.open("a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
-                yield
+                yield PhaseLock()
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
     elif url.startswith("postgresql"):
-        from sqlalchemy import text
+        yield from _postgres_lock(storage, name)
+    else:  # in-memory: one process at most, nothing to coordinate
+        yield PhaseLock()
 
-        with storage.engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _lock_key(name)})
+
+def _postgres_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
+    from sqlalchemy import text
+
+    key = {"key": _lock_key(name)}
+    held = PhaseLock()
+    connection = storage.engine.connect()
+    try:
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+        connection.commit()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            connection.close()
+        raise
+    try:
+        yield held
+    finally:
+        try:
+            released = connection.execute(text("SELECT pg_advisory_unlock(:key)"), key).scalar()
             connection.commit()
-            try:
-                yield
-            finally:
-                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _lock_key(name)})
-                connection.commit()
-    else:  # in-memory or another backend: one process at most, nothing to coordinate
-        yield
+            held.lost = not released
+        except Exception:  # the connection died: the server dropped the lock at some point
+            held.lost = True
+        if held.lost:
+            from tuner.orchestrate.storage import note_retry
+
+            note_retry(RuntimeError(f"phase lock {name} was lost while held"))
+        with contextlib.suppress(Exception):
+            connection.close()

@@ -87,6 +87,24 @@ def start_phase(
     ``expected_attrs`` must match what the phase was started with (e.g. the training config's
     hash): mixing trials of two configurations in one phase would make its results meaningless.
     """
+    from tuner.orchestrate.storage import with_retries
+
+    # every step is idempotent: a storage error (a dropped connection) just runs it again
+    return with_retries(
+        _start_phase, storage, study, phase, settings, direction, sampler, expected_attrs, extra_attrs
+    )
+
+
+def _start_phase(
+    storage: Any,
+    study: str,
+    phase: str,
+    settings: PhaseSettings,
+    direction: str,
+    sampler: Any,
+    expected_attrs: Mapping[str, Any] | None,
+    extra_attrs: Mapping[str, Any] | None,
+) -> Any:
     import optuna
 
     name = optuna_study_name(study, phase)
@@ -117,13 +135,15 @@ def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> 
     """The running phase ``<study>/<phase>``; a one-line error if nobody started it."""
     import optuna
 
+    from tuner.orchestrate.storage import with_retries
+
     name = optuna_study_name(study, phase)
     try:
-        optuna_study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        optuna_study = with_retries(optuna.load_study, study_name=name, storage=storage, sampler=sampler)
     except KeyError:
         raise UsageError(
             f"phase {name} does not exist in this storage; start it first (e.g. tuner run-round)"
         ) from None
-    if SETTINGS_ATTR not in optuna_study.user_attrs:
+    if SETTINGS_ATTR not in with_retries(lambda: optuna_study.user_attrs):
         raise UsageError(f"study {name} was not created by tuner (it has no budget settings)")
     return optuna_study

@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,19 @@ from tuner.errors import UsageError
 
 SQLITE_BUSY_TIMEOUT_S = 60
 STORAGE_ENV = "TUNER_STORAGE"
+OPEN_ATTEMPTS = 4
+RETRY_LOG_ENV = "TUNER_STORAGE_RETRY_LOG"  # a file each retried storage error is appended to
+
+
+def _transient(error: BaseException) -> bool:
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(error, OperationalError) or type(error).__name__ == "StorageInternalError"
+
+
+def _unreachable(error: BaseException) -> bool:
+    """A server that refuses connections will not accept one in a second: say so at once."""
+    return "connection refused" in str(error).lower() or "could not translate host" in str(error).lower()
 
 
 def redact_url(url: str) -> str:
@@ -60,11 +74,24 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True, "pool_recycle": 3600}
 
 
+SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
 def _normalise(url: str) -> str:
-    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
+    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2.
+
+    Only SQLite and PostgreSQL are accepted: the phase lock (``locks.py``) exists for those two,
+    and a storage without it would let workers overshoot budgets and claim a slot twice.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("postgresql", "postgres"):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
+    if scheme == "sqlite" or scheme.startswith("postgresql+"):  # the lock works with any driver
+        return url
+    raise UsageError(
+        f"storage {redact_url(url)} is not supported: tuner stores studies in {SUPPORTED} "
+        "(MySQL/MariaDB have no phase lock here)"
+    )
 
 
 def _prepare_sqlite_folder(url: str) -> None:
@@ -97,7 +124,7 @@ def open_storage(
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     url = _normalise(url)
-    for attempt in range(3):
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             with _creation_lock(url):
                 storage = optuna.storages.RDBStorage(
@@ -113,6 +140,10 @@ def open_storage(
         except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
             if attempt < 2 and (isinstance(error, IntegrityError) or "already exists" in str(error)):
                 time.sleep(0.5)  # two processes (machines) created the schema at once: it exists now
+                continue
+            if attempt < OPEN_ATTEMPTS - 1 and _transient(error) and not _unreachable(error):
+                note_retry(error)
+                time.sleep(0.5 * 2**attempt)  # a connection dropped while opening (a failover)
                 continue
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
@@ -150,22 +181,48 @@ def _creation_lock(url: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@dataclass
+class RetryCounts:
+    """Storage errors ``with_retries`` absorbed in this process, by kind (tests read them)."""
+
+    total: int = 0
+    locked: int = 0  # SQLite's "database is locked": should never happen (WAL, busy timeout)
+
+
+retries = RetryCounts()
+
+
+def note_retry(error: BaseException) -> None:
+    """Count (and log to ``$TUNER_STORAGE_RETRY_LOG``) a storage error that will be retried."""
+    retries.total += 1
+    locked = "database is locked" in str(error)
+    retries.locked += locked
+    log = os.environ.get(RETRY_LOG_ENV)
+    if log:
+        with contextlib.suppress(OSError), open(log, "a") as handle:
+            handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
+
+
 def with_retries(call: Any, *args: Any, attempts: int = 6, first_wait_s: float = 0.25, **kwargs: Any) -> Any:
     """Run a storage call, retrying transient errors (a dropped connection, a failover).
 
     Optuna reports them as ``StorageInternalError``; waits double from ``first_wait_s``
-    (about 16 s in all by default) before the error is let through.
+    (``BACKOFF_S``, about 16 s in all by default) before the error is let through. Each retry is
+    counted in ``retries`` (and logged to ``$TUNER_STORAGE_RETRY_LOG``): an error swallowed here
+    must still be visible to a test that says it never happens.
     """
-    import time
-
     from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import OperationalError
 
     for attempt in range(attempts):
         try:
             return call(*args, **kwargs)
-        except (StorageInternalError, OperationalError):
+        except (StorageInternalError, OperationalError) as error:
             if attempt == attempts - 1:
                 raise
+            note_retry(error)
             time.sleep(first_wait_s * 2**attempt)
     raise AssertionError("unreachable")
+
+
+BACKOFF_S = sum(0.25 * 2**attempt for attempt in range(5))  # with_retries' default total wait

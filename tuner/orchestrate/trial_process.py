@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.orchestrate.failures import FailureReason
+from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
 from tuner.spec import StudySpec
 
 PR_SET_PDEATHSIG = 1
@@ -42,7 +44,9 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     Without this each trial paid about a second: ``torch.optim`` imports ``torch._dynamo`` on
     first use. A module a child imports is imported again by every child (the worker never
     sees it). Imports only: no torch op runs here (a forked child must not inherit a busy
-    thread pool).
+    thread pool). The user's workload is NOT imported here: code that touches CUDA (or anything
+    else that does not survive a fork) at import time would break every trial; each child
+    imports it itself. ``spec`` and ``base_dir`` are kept for callers (and future warm-ups).
     """
     import torch._dynamo
     import torch.optim
@@ -52,25 +56,37 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
         import torch.profiler._cupti_monitor  # noqa: F401
 
     import tuner.train.run  # noqa: F401  (the whole engine)
-    from tuner.workloads._entry_points import import_entry_point, parse_entry_point
-
-    import_entry_point(parse_entry_point(spec.workload.name, base_dir))
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Linux: deliver ``sig`` to this process when its parent dies (no orphan keeps training)."""
+def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) -> None:
+    """Linux: deliver ``sig`` to this process when its parent dies (no orphan keeps training).
+
+    The request only covers a death that happens after it: a parent (``parent_pid``, the pid
+    it had before forking us) already gone by then would never signal, so that is checked after.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the pipe's EOF still stops the child at its next report
         pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+# How an exhausted allocator words it: CUDA ("CUDA out of memory"), the CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ... bytes"), the C library
+# ("Cannot allocate memory", ENOMEM's strerror).
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, MemoryError):
         return True
     oom_type = getattr(__import__("torch").cuda, "OutOfMemoryError", None)
-    return (oom_type is not None and isinstance(error, oom_type)) or "out of memory" in str(error).lower()
+    if oom_type is not None and isinstance(error, oom_type):
+        return True
+    text = str(error).lower()
+    return any(words in text for words in _OOM_WORDS)
 
 
 def _reporter(connection: Any, metric: str) -> Any:
@@ -93,12 +109,12 @@ def _reporter(connection: Any, metric: str) -> Any:
         def on_fit_start(self, loop: Any) -> None:
             self.checkpoints = next((c for c in loop.callbacks if isinstance(c, CheckpointCallback)), None)
             self.reported = self.checkpoints.saved_step if self.checkpoints else None
-            connection.send(("started", loop.step))
+            connection.send(Started(loop.step))
 
         def on_train_step_end(self, loop: Any) -> None:
             if not self.healthy:
                 self.healthy = True
-                connection.send(("healthy", loop.step))
+                connection.send(Healthy(loop.step))
             self._report_saved_checkpoint()
 
         def on_fit_end(self, loop: Any) -> None:  # after the writer's flush (order 10 < 20)
@@ -107,12 +123,12 @@ def _reporter(connection: Any, metric: str) -> Any:
         def _report_saved_checkpoint(self) -> None:
             if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
                 self.reported = self.checkpoints.saved_step
-                connection.send(("checkpoint", self.reported))
+                connection.send(CheckpointSaved(self.reported))
 
         def on_eval_end(self, loop: Any) -> None:
             value = loop.last_eval.get(metric)
             if value is not None:
-                connection.send(("eval", loop.step, float(value)))
+                connection.send(Evaluated(loop.step, float(value)))
 
     return PipeReporter()
 
@@ -128,9 +144,12 @@ def _redirect_output(run_dir: Path) -> None:
     os.close(log)
 
 
-def trial_main(connection: Any, job: TrialJob, threads: int | None) -> None:
+def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: int | None = None) -> None:
     """Entry point of the forked child: train, report, send the result, exit."""
-    die_with_parent()
+    # The worker froze its objects just before forking us (and unfroze them right after, in
+    # itself). They stay frozen here on purpose: unfreezing would make our first full
+    # collection touch, and so copy, every page holding one (what the freeze avoids).
+    die_with_parent(parent_pid=parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches us through the worker, as SIGTERM
     _redirect_output(job.run_dir)
     import torch
@@ -153,23 +172,20 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None) -> None:
             lock_wait_s=60.0,
         )
     except BaseException as error:
-        reason = "oom" if is_out_of_memory(error) else "crashed"
+        reason = FailureReason.OOM if is_out_of_memory(error) else FailureReason.CRASHED
         summary = f"{type(error).__name__}: {error}".strip().splitlines()[0][:500]
-        connection.send(("error", reason, summary))
+        connection.send(Errored(reason, summary))
         sys.stderr.flush()
         os._exit(1)
     best = result.best_value
     connection.send(
-        (
-            "done",
-            {
-                "status": result.status,
-                "message": result.message,
-                "step": result.step,
-                "best_value": best if best is None or math.isfinite(best) else None,
-                "best_step": result.best_step,
-                "resumed_from_step": result.resumed_from_step,
-                "train_s": time.perf_counter() - started,
-            },
+        Finished(
+            status=result.status,
+            message=result.message,
+            step=result.step,
+            best_value=best if best is None or math.isfinite(best) else None,
+            best_step=result.best_step,
+            resumed_from_step=result.resumed_from_step,
+            train_s=time.perf_counter() - started,
         )
     )

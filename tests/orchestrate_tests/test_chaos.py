@@ -1,0 +1,188 @@
+"""Chaos on one machine: trial processes killed at random, the whole command killed and re-run,
+a worker frozen (SIGSTOP) past the heartbeat grace. Small on purpose: a toy workload, few steps.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.orchestrate_tests.conftest import (
+    load_phase,
+    run_tuner,
+    sqlite_url,
+    start_tuner,
+    toy_study,
+    tuner_env,
+)
+from tests.orchestrate_tests.test_preemption import _processes_running, _trials, _wait_for, _worker_status
+from tuner.orchestrate import count_trials
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+SLOW = {"step_sleep_s": 0.03}  # 60 steps ~ 2 s per trial
+QUICK_GRACE = {"TUNER_HEARTBEAT_GRACE_S": "4"}  # a frozen worker's trial is declared dead in 4 s
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) child processes of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _assert_each_slot_done_once(trials: list[Any], slots: int) -> None:
+    assert len({t.number for t in trials}) == len(trials)
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+    counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
+    done = sorted(t.user_attrs["slot"] for t in counted if t.state.name == "COMPLETE")
+    assert done == list(range(slots)), [(t.number, t.state.name, t.user_attrs) for t in trials]
+    counts = count_trials(trials)
+    assert (counts.slots, counts.completed, counts.failed) == (slots, slots, 0)
+
+
+def _assert_retries_resumed_exactly(trials: list[Any]) -> int:
+    """Every retry started from its predecessor's last checkpoint; returns how many resumed."""
+    resumed = 0
+    for retry in (t for t in trials if "retry_of" in t.user_attrs):
+        before = trials[retry.user_attrs["retry_of"]]
+        assert before.user_attrs["retried"]
+        assert retry.user_attrs["run_dir"] == before.user_attrs["run_dir"]
+        expected = before.user_attrs.get("last_checkpoint_step") or 0
+        assert retry.user_attrs.get("resumed_from_step", 0) == expected, (before.number, retry.number)
+        resumed += expected > 0
+    return resumed
+
+
+def test_ten_trial_processes_killed_at_random_every_slot_completes_from_its_checkpoint(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    rng = random.Random(9)
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 6, "steps": 60, "max_retries": 10})
+    start_round(load_study(study), "round-1", output_dir)
+    workers = {
+        label: start_tuner(
+            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label
+        )
+        for label in ("w0", "w1")
+    }
+    kills = 0
+    while kills < 10:
+
+        def victim() -> tuple[str, int, int] | None:
+            """A worker mid-trial (past a checkpoint, far from its end) and its trial process."""
+            label = rng.choice(sorted(workers))
+            status = _worker_status(output_dir, label)
+            children = _children(workers[label].pid)
+            if status.get("state") == "training" and 10 <= status.get("step", 0) <= 40 and children:
+                return label, status["trial"], children[0]
+            return None
+
+        label, trial, pid = _wait_for(victim, 120, "a trial process mid-run")
+        time.sleep(rng.uniform(0.02, 0.15))  # a random moment between two checkpoints
+        if _worker_status(output_dir, label).get("trial") != trial or pid not in _children(
+            workers[label].pid
+        ):
+            continue  # it finished meanwhile: only a running trial is a victim
+        os.kill(pid, signal.SIGKILL)
+        kills += 1
+        parent = workers[label].pid
+        _wait_for(lambda pid=pid, parent=parent: pid not in _children(parent), 30, "the trial process to die")
+    for label, process in workers.items():
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == 0, f"{label}: {output}"
+        assert "Traceback" not in output
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    _assert_each_slot_done_once(trials, 6)
+    killed = [t for t in trials if t.user_attrs.get("failure_reason") == "killed"]
+    assert len(killed) == 10
+    assert _assert_retries_resumed_exactly(trials) >= 8
+
+
+def test_the_command_killed_three_times_then_rerun_counts_every_slot_once(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    rng = random.Random(3)
+    study = toy_study(tmp_path, options=SLOW, round1={"trials": 4, "steps": 60, "max_retries": 5})
+    args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
+    url = sqlite_url(output_dir)
+    for _ in range(3):
+        command = start_tuner(*args, "--no-progress", start_new_session=True)
+        _wait_for(lambda: any(t.state.name == "RUNNING" for t in _trials(url)), 120, "a running trial")
+        time.sleep(rng.uniform(0.2, 2.0))
+        os.killpg(command.pid, signal.SIGKILL)  # the command's process group, as a terminal would
+        command.wait()
+        # its workers (own sessions) stop when it dies, and their trials with them
+        _wait_for(lambda: not _processes_running(str(study)), 60, "the workers and trials to exit")
+    again = run_tuner(*args, "--no-progress", env=tuner_env(**QUICK_GRACE))
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = load_phase(url, "toy").trials
+    _assert_each_slot_done_once(trials, 4)
+
+
+def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    study = toy_study(tmp_path, options={"step_sleep_s": 0.05}, round1={"trials": 3, "steps": 60})
+    start_round(load_study(study), "round-1", output_dir)
+    env = tuner_env(**QUICK_GRACE)
+    url = sqlite_url(output_dir)
+
+    def worker(label: str) -> subprocess.Popen[str]:
+        return start_tuner(
+            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+
+    frozen = worker("frozen")
+
+    def checkpointed() -> int | None:
+        status = _worker_status(output_dir, "frozen")
+        if status.get("state") == "training" and status.get("step", 0) >= 20:
+            return int(status["trial"])
+        return None
+
+    number = _wait_for(checkpointed, 120, "a trial of the frozen worker with a checkpoint")
+    os.killpg(frozen.pid, signal.SIGSTOP)  # the worker and its trial: a machine that froze
+    try:
+        other = worker("other")
+        taken_over = _wait_for(
+            lambda: [
+                t
+                for t in _trials(url)
+                if t.user_attrs.get("retry_of") == number and t.state.name != "WAITING"
+            ],
+            120,
+            "the frozen trial's retry to start elsewhere",
+        )
+        assert _trials(url)[number].user_attrs["failure_reason"] == "killed"
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    for process in (frozen, other):
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == 0, output
+        assert "Traceback" not in output
+    trials = load_phase(url, "toy").trials
+    _assert_each_slot_done_once(trials, 3)
+    before, retry = trials[number], taken_over[0]
+    retry = trials[retry.number]
+    # the thawed worker recorded nothing more for the trial it lost
+    assert before.state.name == "FAIL" and "worker_rss_mb" not in before.user_attrs
+    assert retry.user_attrs["worker"] == "other"
+    if retry.user_attrs["run_dir"] == before.user_attrs["run_dir"]:  # it waited for the folder
+        assert retry.user_attrs["resumed_from_step"] >= before.user_attrs["last_checkpoint_step"] > 0
+    else:  # the frozen process held it too long: started over in a folder of its own
+        assert Path(retry.user_attrs["run_dir"]).name == f"trial-{before.user_attrs['slot']:04d}.1"

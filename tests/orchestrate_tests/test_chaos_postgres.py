@@ -1,0 +1,188 @@
+"""PostgreSQL under fire: the workers' connections are terminated again and again mid-phase.
+
+Only this test's connections are terminated (they carry a unique ``application_name``): other
+tests share the server.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
+from tests.orchestrate_tests.test_preemption import _wait_for
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+
+def _terminate_loop(admin_url: str, app: str, stop: threading.Event, period_s: float) -> list[int]:
+    """Every ``period_s``: ``pg_terminate_backend`` of every connection named ``app``."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    killed: list[int] = []
+    with engine.connect() as connection:
+        while not stop.wait(period_s):
+            rows = connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :app AND pid <> pg_backend_pid()"
+                ),
+                {"app": app},
+            ).fetchall()
+            killed.append(len(rows))
+    engine.dispose()
+    return killed
+
+
+@pytest.mark.postgres
+def test_terminated_connections_lose_no_worker_and_count_nothing_twice(
+    tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str
+) -> None:
+    separator = "&" if "?" in postgres_url else "?"
+    url = f"{postgres_url}{separator}application_name={unique_name}"
+    study = toy_study(
+        tmp_path,
+        name=unique_name,
+        options={"step_sleep_s": 0.02},
+        round1={"trials": 12, "steps": 30, "max_failed": 1},
+    )
+    # the phase is started here (not through the chaos); only the workers' connections are cut
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    env = tuner_env(TUNER_STORAGE=url, TUNER_STORAGE_RETRY_LOG=str(tmp_path / "retries.log"), TUNER_DEBUG="1")
+    stop = threading.Event()
+    killed: list[int] = []
+    chaos = threading.Thread(
+        target=lambda: killed.extend(_terminate_loop(postgres_url, unique_name, stop, 0.7)), daemon=True
+    )
+    workers = [
+        start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
+                    "--label", f"w{index}", "--threads", "1", env=env)
+        for index in range(2)
+    ]  # fmt: skip
+    statuses = output_dir / unique_name / "round-1" / ".workers"
+    _wait_for(lambda: len(list(statuses.glob("w*.json"))) == 2, 120, "both workers to serve the phase")
+    chaos.start()  # mid-phase: the workers' start-up (tuner/cli) is not what is tested here
+    outputs = []
+    try:
+        for worker in workers:
+            output, _ = worker.communicate(timeout=300)
+            outputs.append((worker.returncode, output))
+    finally:
+        stop.set()
+        chaos.join(timeout=30)
+        for worker in workers:
+            worker.kill()
+    try:
+        for code, output in outputs:
+            assert code == 0, output  # no worker died
+            assert "Traceback" not in output and "internal error" not in output, output
+        assert sum(killed) >= 3, killed  # the chaos really hit the workers
+        retried = (tmp_path / "retries.log").read_text().splitlines()
+        print(f"{sum(killed)} connections terminated; {len(retried)} storage retries;",
+              sum("lost while held" in line for line in retried), "phase locks lost")  # fmt: skip
+        trials = load_phase(postgres_url, unique_name).trials
+        assert len({t.number for t in trials}) == len(trials)
+        counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
+        complete = [t.user_attrs["slot"] for t in counted if t.state.name == "COMPLETE"]
+        assert sorted(complete) == list(range(12)), [
+            (t.number, t.state.name, {k: v for k, v in t.user_attrs.items() if k not in ("reproduce",)})
+            for t in trials
+        ]
+        assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+        # no live trial was declared dead: nothing was marked killed (the workers never died)
+        assert not [t for t in counted if t.user_attrs.get("failure_reason") == "killed"]
+    finally:
+        import contextlib
+
+        import optuna
+
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
+
+
+@pytest.mark.postgres
+def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
+    tmp_path: Path, postgres_url: str, unique_name: str
+) -> None:
+    """``run-round`` here, ``tuner worker`` on "another machine" (its own output folder)."""
+    import json
+    import signal
+
+    from tests.orchestrate_tests.conftest import start_tuner
+    from tests.orchestrate_tests.test_preemption import _wait_for
+    from tuner.orchestrate import count_trials
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    study = toy_study(
+        tmp_path / "study",
+        name=unique_name,
+        options={"step_sleep_s": 0.03},
+        round1={"trials": 4, "steps": 60, "max_failed": 1},
+    )
+    env = tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S="4")
+    command = start_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(here), "--no-progress",
+        env=env,
+    )  # fmt: skip
+
+    def phase_exists() -> bool:
+        try:
+            load_phase(postgres_url, unique_name)
+            return True
+        except KeyError:
+            return False
+
+    try:
+        _wait_for(phase_exists, 120, "the phase")
+        machine = start_tuner(
+            "worker",
+            str(study),
+            "--phase",
+            "round-1",
+            "--output-dir",
+            str(there),
+            "--label",
+            "there",
+            env=env,
+        )
+        status_file = there / unique_name / "round-1" / ".workers" / "there.json"
+
+        def busy() -> int | None:
+            try:
+                status = json.loads(status_file.read_text())
+            except (OSError, ValueError):
+                return None
+            return (
+                status["trial"]
+                if status.get("state") == "training" and 10 <= status.get("step", 0) <= 40
+                else None
+            )
+
+        number = _wait_for(busy, 120, "the other machine mid-trial")
+        machine.send_signal(signal.SIGKILL)  # the machine is lost (its trial dies with it)
+        machine.wait()
+        output, _ = command.communicate(timeout=240)
+        assert command.returncode == 0, output
+        trials = load_phase(postgres_url, unique_name).trials
+        lost = trials[number]
+        assert lost.state.name == "FAIL" and lost.user_attrs["failure_reason"] == "killed"
+        assert lost.user_attrs["retried"] and lost.user_attrs["worker"] == "there"
+        (retry,) = [t for t in trials if t.user_attrs.get("retry_of") == number]
+        assert retry.state.name == "COMPLETE" and retry.user_attrs["worker"] != "there"
+        # no shared folder: the retry started over in a folder of this machine
+        assert Path(retry.user_attrs["run_dir"]).is_relative_to(here.resolve())
+        assert not retry.user_attrs.get("resumed_from_step")
+        counts = count_trials(trials)
+        assert (counts.slots, counts.completed, counts.failed) == (4, 4, 0)  # max_failed 1 never hit
+        assert len({t.number for t in trials}) == len(trials)
+    finally:
+        command.kill()
+        import contextlib
+
+        import optuna
+
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)

@@ -1,0 +1,175 @@
+"""Claiming a slot: under the phase lock, check the budgets, then start a retry or a new slot.
+
+Two things make a claim safe when the storage misbehaves:
+
+- A *claim token* (a uuid drawn once per claim, before any storage call) is written into the
+  trial in the same write that creates it, or before a waiting retry turns RUNNING. If a call
+  fails and the claim is tried again (``with_retries``), the trial carrying our token is looked
+  for first: a write whose acknowledgement was lost is found, not repeated.
+- A PostgreSQL lock can be lost mid-claim (``locks.py``). Only the side that lost it can have
+  created a duplicate (the other held a valid lock and saw everything committed before it), so
+  that side *yields*: under a fresh lock, if another counted trial has the same slot and
+  attempt, it marks its own trial ``duplicate_of`` (counted for nothing) and fails it. If both
+  sides lost their locks, the fresh lock serialises the two checks: exactly one survives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.orchestrate import _optuna_adapter as adapter
+from tuner.orchestrate.budget import DUPLICATE_ATTR, Decision, count_trials, decide
+from tuner.orchestrate.failures import counted, enqueue_missing_retries
+from tuner.orchestrate.locks import LostLocks, phase_lock
+from tuner.orchestrate.phase import PhaseSettings
+from tuner.orchestrate.storage import with_retries
+
+TOKEN_ATTR = "claim_token"
+RECONCILE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A trial this worker now runs: RUNNING, its heartbeat recorded."""
+
+    trial_id: int
+    trial: Any  # its FrozenTrial as claimed
+
+
+@dataclass(frozen=True)
+class NewSlot:
+    """What a new slot's trial is created with (see ``Claimer.new_slot``)."""
+
+    params: dict[str, Any] | None
+    distributions: dict[str, Any] | None
+    fixed_params: dict[str, Any]
+    user_attrs: dict[str, Any]
+
+
+class Claimer:
+    """Claims trials of ``study`` for one worker; ``new_slot(slot)`` says how to create a slot."""
+
+    def __init__(self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot]) -> None:
+        self.storage, self.study, self.new_slot = storage, study, new_slot
+        self.direction = with_retries(lambda: study.direction).name.lower()
+
+    def claim(self, settings: PhaseSettings) -> Claimed | Decision:
+        """A claimed trial, or why none was (wait, done, failed)."""
+        token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
+        for _ in range(RECONCILE_ATTEMPTS):
+            lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
+            result = with_retries(self._claim_once, settings, token, lost)
+            if not lost or not isinstance(result, Claimed):
+                return result
+            if not yield_duplicates(self.storage, self.study, [result.trial.number]):
+                return result
+            # ours was the duplicate: it is failed and counts for nothing; claim again
+            token = uuid.uuid4().hex
+        return Decision("wait", "the phase lock keeps being lost (the storage connection drops)")
+
+    def _claim_once(self, settings: PhaseSettings, token: str, lost: LostLocks) -> Claimed | Decision:
+        with lost.watch(phase_lock(self.storage, self.study.study_name)):
+            trials = self.study.get_trials(deepcopy=False)
+            mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
+            if mine:  # an earlier try of this claim got through: continue it, create nothing
+                return self._resume(mine[0])
+            if enqueue_missing_retries(self.storage, self.study, trials):  # a crash lost them
+                trials = self.study.get_trials(deepcopy=False)
+            return self._claim_new(counted(trials), settings, token)
+
+    def _resume(self, trial: Any) -> Claimed | Decision:
+        from optuna.trial import TrialState
+
+        trial_id = adapter.trial_id(self.storage, self.study, trial.number)
+        if trial.state == TrialState.RUNNING or self._start(trial_id):
+            return Claimed(trial_id, self.storage.get_trial(trial_id))
+        return Decision("wait", "another worker took the trial")
+
+    def _claim_new(self, trials: list[Any], settings: PhaseSettings, token: str) -> Claimed | Decision:
+        from optuna.trial import TrialState, create_trial
+
+        counts = count_trials(trials, self.direction)
+        decision = decide(counts, settings)
+        if decision.action != "start":
+            return decision
+        waiting = sorted(
+            (t for t in trials if t.state == TrialState.WAITING),
+            key=lambda t: (not t.user_attrs.get("attempt"), t.number),
+        )  # retries first: they finish slots already started
+        for trial in waiting:
+            trial_id = adapter.trial_id(self.storage, self.study, trial.number)
+            self.storage.set_trial_user_attr(trial_id, TOKEN_ATTR, token)
+            if self._start(trial_id):
+                return Claimed(trial_id, self.storage.get_trial(trial_id))
+        if counts.slots >= settings.max_trials:
+            return Decision("wait", "another worker took the last waiting trial")
+        slot = self.new_slot(counts.next_slot)
+        template = create_trial(
+            state=TrialState.WAITING,
+            params=slot.params,
+            distributions=slot.distributions,
+            system_attrs={"fixed_params": slot.fixed_params},
+            user_attrs={**slot.user_attrs, TOKEN_ATTR: token},
+        )
+        trial_id = self.storage.create_new_trial(
+            adapter.study_id(self.storage, self.study), template_trial=template
+        )
+        self._start(trial_id)
+        return Claimed(trial_id, self.storage.get_trial(trial_id))
+
+    def _start(self, trial_id: int) -> bool:
+        """WAITING -> RUNNING, heartbeat first (a worker killed right after claiming leaves a
+        trial that goes stale); False if another worker got there before us."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        self.storage.record_heartbeat(trial_id)
+        try:
+            return bool(self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
+        except UpdateFinishedTrialError:
+            return False
+
+
+def _key(trial: Any) -> tuple[int, int]:
+    return int(trial.user_attrs.get("slot", trial.number)), int(trial.user_attrs.get("attempt", 0))
+
+
+def yield_duplicates(storage: Any, study: Any, numbers: Iterable[int]) -> list[int]:
+    """After a lost lock: fail each of our trials ``numbers`` that another counted trial
+    duplicates (same slot and attempt), marking it ``duplicate_of``. Returns those yielded."""
+    wanted = set(numbers)
+    yielded: list[int] = []
+    for _ in range(RECONCILE_ATTEMPTS):
+        lost = LostLocks()
+        yielded = with_retries(_yield_once, storage, study, wanted, lost)
+        if not lost:
+            break
+    return yielded
+
+
+def _yield_once(storage: Any, study: Any, wanted: set[int], lost: LostLocks) -> list[int]:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    yielded = []
+    with lost.watch(phase_lock(storage, study.study_name)):
+        trials = study.get_trials(deepcopy=False)
+        live = counted(trials)
+        for ours in (t for t in trials if t.number in wanted):
+            if DUPLICATE_ATTR in ours.user_attrs:
+                yielded.append(ours.number)  # an earlier try of this call got through
+                continue
+            others = [t.number for t in live if t.number != ours.number and _key(t) == _key(ours)]
+            if not others:
+                continue
+            trial_id = adapter.trial_id(storage, study, ours.number)
+            try:
+                storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, min(others))
+                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                pass
+            yielded.append(ours.number)
+    return yielded

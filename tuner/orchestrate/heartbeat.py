@@ -1,0 +1,82 @@
+"""Heartbeats of a running trial, from a thread of their own.
+
+A trial is declared dead (``killed``, retried elsewhere) when its heartbeat is older than the
+grace period. Beats therefore must not wait behind anything the worker does: a storage call
+stuck in ``with_retries``' backoff (~16 s), recording an outcome, or joining a child that is
+stopping. The thread retries a failed beat at once, a few times, then at the next interval; the
+grace (``GRACE_HEARTBEATS`` intervals, 60 s by default) is far longer than the backoff, so a
+storage hiccup never makes a live trial look dead.
+
+Each beat also reads the trial's state: if another worker finished it (it declared us dead
+while we were cut off from the storage), ``ended_elsewhere`` is set and the supervisor kills
+the child and records nothing: the retry owns the slot now.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from tuner.orchestrate.storage import note_retry
+
+HEARTBEAT_ENV = "TUNER_HEARTBEAT_S"
+GRACE_ENV = "TUNER_HEARTBEAT_GRACE_S"
+DEFAULT_HEARTBEAT_S = 5
+GRACE_HEARTBEATS = 12  # a trial is stale after this many missed heartbeats
+BEAT_ATTEMPTS = 3
+BEAT_RETRY_S = 0.2
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """(interval, grace) in seconds.
+
+    ``$TUNER_HEARTBEAT_S`` scales both (tests, impatient users); ``$TUNER_HEARTBEAT_GRACE_S``
+    sets the grace alone (at least two intervals).
+    """
+    interval = max(1, int(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
+    grace = int(os.environ.get(GRACE_ENV) or interval * GRACE_HEARTBEATS)
+    return interval, max(grace, 2 * interval)
+
+
+class HeartbeatThread:
+    """Beats trial ``trial_id`` every ``interval_s`` until ``stop()``; see the module docstring."""
+
+    def __init__(self, storage: Any, trial_id: int, interval_s: float) -> None:
+        self.storage, self.trial_id, self.interval_s = storage, trial_id, interval_s
+        self.ended_elsewhere = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{trial_id}", daemon=True)
+
+    def __enter__(self) -> HeartbeatThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self._beat():
+                self.ended_elsewhere.set()
+                return
+
+    def _beat(self) -> bool:
+        """One heartbeat; True if the trial turned out to be finished (by someone)."""
+        for attempt in range(BEAT_ATTEMPTS):
+            if self._stop.is_set():
+                return False
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+                return bool(self.storage.get_trial(self.trial_id).state.is_finished())
+            except Exception as error:  # a dropped connection: try again shortly
+                note_retry(error)
+            if attempt < BEAT_ATTEMPTS - 1:
+                time.sleep(BEAT_RETRY_S)
+        return False

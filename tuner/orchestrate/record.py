@@ -1,0 +1,155 @@
+"""Recording a trial in Optuna: what its child reports while it trains, then how it ended.
+
+Every write tolerates a trial that another worker already finished (it declared us dead while
+we were cut off): an intermediate write raises ``TrialAbandoned`` (the supervisor then kills the
+child), and the final ``tell`` uses ``skip_if_finished``, so a retried tell whose acknowledgement
+was lost is harmless too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuner.orchestrate._process import resident_memory_mb
+from tuner.orchestrate.failures import (
+    FailureReason,
+    describe_exit,
+    fail_trial,
+    latest_checkpoint_step,
+    save_error_log,
+    settle_folder_status,
+)
+from tuner.orchestrate.messages import (
+    Abandoned,
+    CheckpointSaved,
+    ChildMessage,
+    Errored,
+    Evaluated,
+    Exited,
+    Finished,
+    Healthy,
+    Outcome,
+    Started,
+    TimedOut,
+)
+from tuner.orchestrate.phase import PhaseSettings
+from tuner.orchestrate.storage import with_retries
+from tuner.orchestrate.supervise import TrialAbandoned
+
+
+class Recorder:
+    """The storage writes of one trial (``trial_id``, number ``number``) of ``study``."""
+
+    def __init__(
+        self,
+        storage: Any,
+        study: Any,
+        trial_id: int,
+        number: int,
+        *,
+        attempt: int,
+        last_step: int | None,
+        on_eval: Callable[[int], None] = lambda step: None,
+    ) -> None:
+        self.storage, self.study, self.trial_id, self.number = storage, study, trial_id, number
+        self.attempt, self.last_step, self.on_eval = attempt, last_step, on_eval
+
+    def _set(self, key: str, value: Any) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        try:
+            with_retries(self.storage.set_trial_user_attr, self.trial_id, key, value)
+        except UpdateFinishedTrialError:
+            raise TrialAbandoned from None
+
+    def on_message(self, message: ChildMessage) -> None:
+        """Turn a child's message into storage writes; only the ones someone reads.
+
+        A first attempt that starts at step 0 records nothing (0 is the default); the final
+        checkpoint's step is recorded with the result (``record``).
+        """
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        match message:
+            case Started(step=step) if self.attempt or step:
+                self._set("resumed_from_step", int(step))
+            case Healthy():
+                self._set("healthy", True)
+            case Evaluated(step=step, value=value):
+                try:
+                    with_retries(self.storage.set_trial_intermediate_value, self.trial_id, int(step), value)
+                except UpdateFinishedTrialError:
+                    raise TrialAbandoned from None
+                self.on_eval(int(step))
+            case CheckpointSaved(step=step) if step != self.last_step:
+                self._set("last_checkpoint_step", int(step))
+            case _:
+                pass
+
+    def fail(self, reason: FailureReason, message: str, settings: PhaseSettings, **attrs: Any) -> bool:
+        """Record a failure (``fail_trial`` retries storage errors itself)."""
+        return fail_trial(self.storage, self.study, self.trial_id, reason, message, settings, **attrs)
+
+    def record(self, outcome: Outcome, run_dir: Path, settings: PhaseSettings) -> None:
+        """The trial's end: its value (COMPLETE), a clean stop (PRUNED), or a failure."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        if isinstance(outcome, Abandoned):
+            return
+        extra: dict[str, Any] = {"worker_rss_mb": resident_memory_mb()}
+        child_dead = True
+        match outcome:
+            case Finished() if outcome.status == "completed" and outcome.best_value is not None:
+                extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)
+                try:  # the value is the trial's best (retrospective checkpoint selection)
+                    for key, value in extra.items():
+                        self._set(key, value)
+                except TrialAbandoned:
+                    return
+                with_retries(self.study.tell, self.number, outcome.best_value, skip_if_finished=True)
+                return
+            case Finished() if outcome.status == "stopped":
+                try:
+                    self._set("train_s", round(outcome.train_s, 4))
+                except TrialAbandoned:
+                    return
+                with_retries(self.study.tell, self.number, state=TrialState.PRUNED, skip_if_finished=True)
+                return
+            case Finished():
+                extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)
+                reason = (
+                    FailureReason(outcome.status)
+                    if outcome.status in (FailureReason.DIVERGED, FailureReason.INTERRUPTED)
+                    else FailureReason.CRASHED
+                )
+                message = outcome.message or (
+                    "training finished without an objective value"
+                    if outcome.status == "completed"
+                    else outcome.status
+                )
+                extra["final_step"] = outcome.step
+                child_dead = False  # it wrote its own status
+            case Errored():
+                reason, message = outcome.reason, outcome.message
+            case TimedOut():
+                reason, message = (
+                    FailureReason.TIMEOUT,
+                    f"no result within the {outcome.limit_s:g} s trial timeout",
+                )
+            case Exited():
+                reason, message = describe_exit(outcome.exitcode)
+                if outcome.signals:
+                    reason = FailureReason.INTERRUPTED
+                    message = f"stopped by a signal before it could checkpoint ({message})"
+        if reason not in (FailureReason.DIVERGED, FailureReason.INTERRUPTED):
+            save_error_log(run_dir, message)
+        extra["last_checkpoint_step"] = latest_checkpoint_step(run_dir)
+        try:
+            failed_here = self.fail(reason, message, settings, **extra)
+        except UpdateFinishedTrialError:
+            failed_here = False
+        if failed_here and child_dead and not isinstance(outcome, Errored):
+            settle_folder_status(run_dir, reason, message)

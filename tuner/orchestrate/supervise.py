@@ -1,0 +1,112 @@
+"""Supervising a trial's child process: fork it, pump its messages, enforce the timeout,
+forward stop signals, and obey the heartbeat thread when another worker ended the trial.
+
+Storage writes are not made here: each message goes to ``on_message`` (``record.Recorder``).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+from tuner.orchestrate._process import SignalFlag
+from tuner.orchestrate.heartbeat import HeartbeatThread
+from tuner.orchestrate.messages import (
+    Abandoned,
+    ChildMessage,
+    Errored,
+    Exited,
+    Finished,
+    Outcome,
+    Started,
+    TimedOut,
+)
+from tuner.orchestrate.trial_process import TrialJob, trial_main
+
+STOP_JOIN_S = 30.0  # a child asked to stop gets this long to checkpoint before it is killed
+POLL_S = 0.25
+
+
+class TrialAbandoned(Exception):
+    """A storage write for our trial found it finished by someone else."""
+
+
+def supervise(
+    job: TrialJob,
+    *,
+    threads: int | None,
+    timeout_s: float | None,
+    signals: SignalFlag,
+    beat: HeartbeatThread,
+    on_message: Callable[[ChildMessage], None],
+) -> Outcome:
+    """Fork the child and pump its messages until it ends; returns how it ended.
+
+    ``on_message`` may raise ``TrialAbandoned``: the child is then killed, like when the
+    heartbeat thread finds the trial ended elsewhere.
+    """
+    context = multiprocessing.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = context.Process(target=trial_main, args=(writer, job, threads, os.getpid()), daemon=True)
+    # as Python's gc docs advise before a fork: the child's collections then skip the worker's
+    # objects instead of touching (and so copying) every page that holds one; the child unfreezes
+    gc.freeze()
+    try:
+        child.start()
+    finally:
+        gc.unfreeze()
+    writer.close()
+    deadline = time.monotonic() + timeout_s if timeout_s else math.inf
+    signals_seen = 0
+    ready = False  # the child handles SIGTERM (checkpoint, then stop) once it has said "started"
+    outcome: Outcome | None = None
+    try:
+        while outcome is None:
+            if reader.poll(max(0.0, min(deadline - time.monotonic(), POLL_S))):
+                try:
+                    message = reader.recv()
+                except (EOFError, OSError):
+                    break  # the child is gone; its exit code says how
+                if isinstance(message, Finished | Errored):
+                    outcome = message
+                else:
+                    on_message(message)
+                ready = ready or isinstance(message, Started)
+            if beat.ended_elsewhere.is_set():
+                outcome = Abandoned()
+            elif time.monotonic() >= deadline:
+                outcome = TimedOut(float(timeout_s or 0))
+            if signals.count > signals_seen and (ready or signals.count > 1):
+                signals_seen = signals.count
+                if child.pid is not None and child.is_alive():
+                    # first signal: a clean stop with a checkpoint; second: now
+                    os.kill(child.pid, signal.SIGTERM if signals_seen == 1 else signal.SIGKILL)
+    except TrialAbandoned:
+        outcome = Abandoned()
+    finally:
+        reader.close()
+    if isinstance(outcome, Abandoned | TimedOut):
+        child.kill()
+    _join(child, beat)
+    if outcome is None:
+        outcome = Exited(child.exitcode, signals.count)
+    return outcome
+
+
+def _join(child: multiprocessing.process.BaseProcess, beat: HeartbeatThread) -> None:
+    """Wait for the child (it may be writing its last checkpoint); the heartbeat thread keeps
+    beating meanwhile. Killed if it takes too long, or if another worker took the trial over."""
+    deadline = time.monotonic() + STOP_JOIN_S
+    while child.is_alive() and time.monotonic() < deadline and not beat.ended_elsewhere.is_set():
+        child.join(timeout=POLL_S)
+    if child.is_alive():
+        child.kill()
+    child.join()
