@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 HERE = Path(__file__).parent
-FAST_HEARTBEAT = {"TUNER_HEARTBEAT_S": "1"}  # stale after 4 s, so kill tests finish quickly
+# beats every 1 s (grace 12 s; the tests that kill workers set TUNER_HEARTBEAT_GRACE_S lower)
+FAST_HEARTBEAT = {"TUNER_HEARTBEAT_S": "1"}
 
 
 def toy_study(

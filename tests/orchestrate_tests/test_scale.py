@@ -33,7 +33,7 @@ def test_four_workers_share_sqlite_without_database_locked(tmp_path: Path, outpu
     study = toy_study(tmp_path, round1={"trials": 200, "max_failed": 1, **SHORT}, eval_every=5)
     args = ("run-round", str(study), "--round", "1", "--workers", "4", "--output-dir", str(output_dir))
     retry_log = tmp_path / "storage-retries.log"  # every error with_retries absorbed, however quietly
-    done = run_tuner(*args, timeout=400, env=tuner_env(TUNER_STORAGE_RETRY_LOG=str(retry_log)))
+    done = run_tuner(*args, timeout=270, env=tuner_env(TUNER_STORAGE_RETRY_LOG=str(retry_log)))
     assert done.returncode == 0, done.stdout + done.stderr
     retried = retry_log.read_text() if retry_log.exists() else ""
     assert "locked" not in retried, retried
@@ -71,7 +71,7 @@ def test_eight_tuner_worker_processes_on_postgresql(
         for index in range(8)
     ]  # fmt: skip
     outputs = []
-    deadline = time.monotonic() + 400
+    deadline = time.monotonic() + 270  # within pytest's 300 s
     for worker in workers:
         output, _ = worker.communicate(timeout=max(1.0, deadline - time.monotonic()))
         outputs.append(output)

@@ -123,7 +123,7 @@ def worker(
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.cli._phase_view import trial_line
-    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
+    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker, with_retries
     from tuner.orchestrate.trial_process import warm_up
     from tuner.orchestrate.worker import open_worker_storage
     from tuner.output import phase_dir
@@ -139,7 +139,9 @@ def worker(
     _stop_if_signalled(signals)
     _wait_for_sqlite_file(url, signals)
     opened = open_worker_storage(url)
-    started_with = _wait_for_phase(opened, spec.name, phase, signals).user_attrs.get(CONFIG_HASH_ATTR)
+    opened_phase = _wait_for_phase(opened, spec.name, phase, signals)
+    # a read like any other: a dropped connection is retried, not a crash of the worker
+    started_with = with_retries(lambda: opened_phase.user_attrs).get(CONFIG_HASH_ATTR)
     if started_with not in (None, training_config_hash(spec)):
         raise UsageError(
             f"{path} does not match the study file that started {spec.name}/{phase} "

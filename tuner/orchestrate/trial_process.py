@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.errors import TunerError
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
 from tuner.spec import StudySpec
@@ -173,7 +174,10 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
         )
     except BaseException as error:
         reason = FailureReason.OOM if is_out_of_memory(error) else FailureReason.CRASHED
-        summary = f"{type(error).__name__}: {error}".strip().splitlines()[0][:500]
+        # tuner's own errors (e.g. "the workload raised KeyError ... at my_workload.py:7") say
+        # what they are; a class name in front would only repeat it
+        text = str(error) if isinstance(error, TunerError) else f"{type(error).__name__}: {error}"
+        summary = (text.strip().splitlines() or [type(error).__name__])[0][:500]
         connection.send(Errored(reason, summary))
         sys.stderr.flush()
         os._exit(1)
