@@ -59,9 +59,11 @@ def _worker(url: str, study_name: str, trials: int, queue: multiprocessing.Queue
     from optuna.trial import TrialState, create_trial
 
     from tuner.orchestrate import open_storage
+    from tuner.orchestrate._optuna_adapter import trial_for_sampling
 
     storage = open_storage(url, heartbeat_interval_s=5, grace_period_s=20)
     study = optuna.load_study(study_name=study_name, storage=storage)
+    study_id = storage.get_study_id_from_name(study_name)  # public, as the workers ask it
     trial_s, report_s = 0.0, 0.0
     started = time.time()
     for number in range(trials):
@@ -75,10 +77,10 @@ def _worker(url: str, study_name: str, trials: int, queue: multiprocessing.Queue
             system_attrs={"fixed_params": {"optimizer.lr": 0.01}},
             user_attrs={"slot": number, "attempt": 0, **_START_ATTRS, "run_dir": f"/runs/trial-{number:04d}"},
         )
-        trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+        trial_id = storage.create_new_trial(study_id, template_trial=template)
         storage.record_heartbeat(trial_id)
         storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
-        trial = optuna.trial.Trial(study, trial_id)
+        trial = trial_for_sampling(study, trial_id)  # what the workers use (tuner's Optuna adapter)
         trial.suggest_float("optimizer.lr", 1e-4, 1.0, log=True)  # already there: no write
         trial.set_user_attr("healthy", True)
         trial_s += elapsed()
