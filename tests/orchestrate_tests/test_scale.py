@@ -22,6 +22,8 @@ from tuner.spec import load_study
 
 STORAGE_TROUBLE = re.compile(r"database is locked|OperationalError|StorageInternalError|Traceback", re.I)
 SHORT = {"steps": 10}
+# enough trials that every worker claims many times over (the suite must stay under 10 minutes)
+MANY = 120
 
 
 def _worker_logs(output_dir: Path, study: str) -> str:
@@ -30,7 +32,7 @@ def _worker_logs(output_dir: Path, study: str) -> str:
 
 
 def test_four_workers_share_sqlite_without_database_locked(tmp_path: Path, output_dir: Path) -> None:
-    study = toy_study(tmp_path, round1={"trials": 200, "max_failed": 1, **SHORT}, eval_every=5)
+    study = toy_study(tmp_path, round1={"trials": MANY, "max_failed": 1, **SHORT}, eval_every=5)
     args = ("run-round", str(study), "--round", "1", "--workers", "4", "--output-dir", str(output_dir))
     retry_log = tmp_path / "storage-retries.log"  # every error with_retries absorbed, however quietly
     done = run_tuner(*args, timeout=270, env=tuner_env(TUNER_STORAGE_RETRY_LOG=str(retry_log)))
@@ -38,7 +40,7 @@ def test_four_workers_share_sqlite_without_database_locked(tmp_path: Path, outpu
     retried = retry_log.read_text() if retry_log.exists() else ""
     assert "locked" not in retried, retried
     trials = load_phase(sqlite_url(output_dir), "toy").trials
-    assert [t.number for t in trials] == list(range(200))
+    assert [t.number for t in trials] == list(range(MANY))
     assert {t.state.name for t in trials} == {"COMPLETE"}
     assert len({t.user_attrs["worker"] for t in trials}) == 4
     assert not STORAGE_TROUBLE.search(_worker_logs(output_dir, "toy") + done.stderr)
@@ -61,7 +63,7 @@ def test_eight_tuner_worker_processes_on_postgresql(
     tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str
 ) -> None:
     study = toy_study(
-        tmp_path, name=unique_name, round1={"trials": 200, "max_failed": 1, **SHORT}, eval_every=5
+        tmp_path, name=unique_name, round1={"trials": MANY, "max_failed": 1, **SHORT}, eval_every=5
     )
     env = tuner_env(TUNER_STORAGE=postgres_url)
     start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
@@ -78,7 +80,7 @@ def test_eight_tuner_worker_processes_on_postgresql(
         assert worker.returncode == 0, output
     try:
         trials = load_phase(postgres_url, unique_name).trials
-        assert sorted(t.number for t in trials) == list(range(200))  # none duplicated, none missing
+        assert sorted(t.number for t in trials) == list(range(MANY))  # none duplicated, none missing
         assert {t.state.name for t in trials} == {"COMPLETE"}
         assert {t.user_attrs["worker"] for t in trials} == {f"machine{index}" for index in range(8)}
         assert not STORAGE_TROUBLE.search("".join(outputs))
