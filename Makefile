@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
+# two test files at a time (pytest-xdist): a serial run keeps one of this machine's two cores idle
+# while tests wait on processes; files stay whole (their tests share fixtures and timing)
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 demo: install
 	$(BIN)/tuner validate studies/digits-mlp.yaml
