@@ -52,6 +52,17 @@ def test_recursive_alias_is_refused(tmp_path: Path) -> None:
     assert "recursive alias" in message
 
 
+def test_anchors_chained_deeper_than_the_limit_are_refused_at_the_alias(tmp_path: Path) -> None:
+    # each anchor nests the previous one 60 levels deeper: no line is deep, the expansion is
+    # (it ended in "internal error (RecursionError)" when only the written nesting was counted)
+    levels = 60
+    lines = [f"a0: &a0 {'[' * levels}1{']' * levels}"]
+    lines += [f"a{i}: &a{i} {'[' * levels}*a{i - 1}{']' * levels}" for i in range(1, 20)]
+    message = _validate(write_study(tmp_path, "\n".join(lines) + "\n"))
+    assert "the alias *a0 nests this file more than 64 levels deep" in message
+    assert message.startswith(f"{tmp_path / 'study.yaml'}:2:")
+
+
 def test_modest_aliases_still_work(tmp_path: Path) -> None:
     text = BASE_YAML.replace("hidden_sizes: [32]", "hidden_sizes: &h [32]") + "  workload.hidden_sizes:\n"
     text += "    {type: categorical, choices: [*h, [64]]}\n"

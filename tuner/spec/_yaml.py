@@ -45,6 +45,10 @@ class _StudyLoader(yaml.SafeLoader):
         self._depth = 0
         self._expanded = 0  # nodes so far, each alias counted as the size of what it refers to
         self._sizes: dict[int, int] = {}  # id(node) -> expanded size, for finished anchored nodes
+        # id(node) -> height once expanded: an alias nests what it refers to where it stands, so
+        # a chain of anchors each nested a little deeper is as deep as its expansion, not its text
+        self._heights: dict[int, int] = {}
+        self._child_heights: list[int] = [0]  # per node being composed: its tallest child so far
 
     def _too_much(self, message: str) -> SpecError:
         mark = self.peek_event().start_mark
@@ -69,6 +73,15 @@ class _StudyLoader(yaml.SafeLoader):
                     line=event.start_mark.line + 1,
                     column=event.start_mark.column + 1,
                 )
+            height = self._heights.get(id(node), 1)
+            if self._depth + height > MAX_DEPTH:
+                raise SpecError(
+                    f"the alias *{event.anchor} nests this file more than {MAX_DEPTH} levels deep; "
+                    "a study file needs a handful",
+                    line=event.start_mark.line + 1,
+                    column=event.start_mark.column + 1,
+                )
+            self._child_heights[-1] = max(self._child_heights[-1], height)
             return node
         self._depth += 1
         if self._depth > MAX_DEPTH:
@@ -77,8 +90,12 @@ class _StudyLoader(yaml.SafeLoader):
         if self._expanded > MAX_NODES:
             raise self._too_much(f"more than {MAX_NODES} values; a study file needs far fewer")
         before = self._expanded
+        self._child_heights.append(0)
         node = super().compose_node(parent, index)
+        height = self._child_heights.pop() + 1
+        self._child_heights[-1] = max(self._child_heights[-1], height)
         self._sizes[id(node)] = self._expanded - before + 1
+        self._heights[id(node)] = height
         self._depth -= 1
         return node
 
