@@ -8,6 +8,7 @@ was lost is harmless too.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,14 +110,18 @@ class Recorder:
                         self._set(key, value)
                 except TrialAbandoned:
                     return
-                with_retries(self.study.tell, self.number, outcome.best_value, skip_if_finished=True)
+                # skip_if_finished checks the state before Optuna's write: a trial failed as stale
+                # in between still raises, and then it is simply no longer ours
+                with contextlib.suppress(UpdateFinishedTrialError):
+                    with_retries(self.study.tell, self.number, outcome.best_value, skip_if_finished=True)
                 return
             case Finished() if outcome.status == "stopped":
                 try:
                     self._set("train_s", round(outcome.train_s, 4))
                 except TrialAbandoned:
                     return
-                with_retries(self.study.tell, self.number, state=TrialState.PRUNED, skip_if_finished=True)
+                with contextlib.suppress(UpdateFinishedTrialError):  # see above
+                    with_retries(self.study.tell, self.number, state=TrialState.PRUNED, skip_if_finished=True)
                 return
             case Finished():
                 extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)

@@ -91,6 +91,12 @@ def supervise(
                     os.kill(child.pid, signal.SIGTERM if signals_seen == 1 else signal.SIGKILL)
     except TrialAbandoned:
         outcome = Abandoned()
+    except BaseException:
+        # anything else (a storage outage longer than the retries, a bug) ends the worker: the
+        # child must not train on unsupervised, least of all when the worker lives on in-process
+        child.kill()
+        child.join()
+        raise
     finally:
         reader.close()
     if isinstance(outcome, Abandoned | TimedOut):

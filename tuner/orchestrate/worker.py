@@ -174,6 +174,10 @@ class Worker:
         name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
         return self.options.phase_dir / name
 
+    def _sample(self, trial_id: int) -> dict[str, Any]:
+        trial = adapter.trial_for_sampling(self.study, trial_id)
+        return {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
+
     def _job(self, params: dict[str, Any], run_dir: Path) -> TrialJob:
         return self.options.make_job(to_config_values(self.options.search_space, params), run_dir)
 
@@ -218,8 +222,9 @@ class Worker:
         )
         try:
             if job is None:  # a retry, or a point the sampler chooses now
-                trial = adapter.trial_for_sampling(self.study, claimed.trial_id)
-                params = {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
+                # the sampler reads the storage (TPE reads every trial): retried like any read;
+                # a repeated suggest returns the value already stored, so a retry is harmless
+                params = with_retries(self._sample, claimed.trial_id)
                 job = self._job(params, run_dir)
                 for key, value in self._bookkeeping(job).items():
                     with_retries(self.storage.set_trial_user_attr, claimed.trial_id, key, value)
