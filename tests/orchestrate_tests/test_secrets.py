@@ -129,10 +129,16 @@ def test_a_rotated_password_keeps_the_run_resumable(tmp_path: Path) -> None:
             "postgresql://db/x?user=me&password=***&sslmode=require",
         ),
         ("sqlite:////tmp/a:b@c/study.db", "sqlite:////tmp/a:b@c/study.db"),
+        # characters SQLAlchemy accepts in a password, unencoded (they used to pass unmasked)
+        ("postgresql://me:pa/ss@db/x", "postgresql://me:***@db/x"),
+        ("postgresql://me:pa?s#s@db/x", "postgresql://me:***@db/x"),
     ],
 )
 def test_redact_storage_url(url: str, redacted: str) -> None:
+    from tuner.orchestrate import redact_url
+
     assert redact_storage_url(url) == redacted
+    assert redact_url(url) == redacted  # headers and errors mask exactly what the run folders do
 
 
 def _command_lines_mentioning(text: str) -> list[str]:

@@ -38,25 +38,27 @@ def _unreachable(error: BaseException) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``, and
+    ``?password=secret`` -> ``?password=***``: the spec's one redactor, so every place that shows a
+    URL (run folders, reproduce commands, headers, errors) masks the same forms."""
+    from tuner.spec import redact_storage_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable storage URL>"
+    return redact_storage_url(url)
 
 
 def _scrub(text: str, url: str) -> str:
+    """``text`` (e.g. a driver's error) without the URL's password, wherever it appears."""
+    from urllib.parse import parse_qsl, urlsplit
+
     from sqlalchemy.engine import make_url
 
-    try:
-        password = make_url(url).password
-    except Exception:
-        password = None
+    secrets = {value for key, value in parse_qsl(urlsplit(url).query) if key.lower() == "password"}
+    with contextlib.suppress(Exception):  # a URL SQLAlchemy cannot parse has no password it would use
+        secrets.add(make_url(url).password or "")
     text = text.replace(url, redact_url(url))
-    return text.replace(str(password), "***") if password else text
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(str(secret), "***")
+    return text
 
 
 def default_storage_url(output_dir: Path, study_name: str) -> str:

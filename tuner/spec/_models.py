@@ -140,7 +140,9 @@ def _check_range(low: float, high: float, log: bool) -> None:
         raise ValueError(f"log: true needs low > 0, got low={low}")
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^/?#]*@")
+# the password runs to the LAST "@": a password may hold "/", "?", "#" or an unencoded "@", and
+# masking a little too much (an "@" later in the URL) is the safe way to be wrong
+_URL_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:).*@")
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&#]*", re.IGNORECASE)
 
 
