@@ -216,11 +216,24 @@ def test_ctrl_c_stops_trials_with_a_checkpoint_and_the_rerun_continues(
     assert any(step > 0 for step in _assert_retries_resumed(trials))
 
 
+def test_a_worker_whose_run_round_is_already_gone_stops_at_once(tmp_path: Path, output_dir: Path) -> None:
+    """The parent-death signal covers only deaths after it is armed: a worker whose run-round
+    died while it started up must notice (it would otherwise wait for the phase, then serve it)."""
+    study = toy_study(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that is not our worker's parent any more
+    env = tuner_env(**{DIE_WITH_PARENT_ENV: str(gone.pid)})
+    worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
+    output, _ = worker.communicate(timeout=120)
+    assert worker.returncode == 130, output
+    assert "Traceback" not in output
+
+
 def test_a_worker_stopped_while_it_starts_up_exits_as_interrupted(tmp_path: Path, output_dir: Path) -> None:
     """run-round forwards Ctrl-C as SIGTERM, maybe while a worker still imports torch."""
     study = toy_study(tmp_path)
     # as run-round starts it: it waits for the phase (not created here) instead of failing
-    env = tuner_env(**{DIE_WITH_PARENT_ENV: "1"})
+    env = tuner_env(**{DIE_WITH_PARENT_ENV: str(os.getpid())})  # we are its parent
     worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
     time.sleep(3)  # importing, or waiting for the phase
     worker.send_signal(signal.SIGTERM)

@@ -109,7 +109,10 @@ def worker(
     # seconds) is a clean interruption at the next safe point (exit 130), not a death by SIGTERM
     signals = SignalFlag().__enter__()
     if os.environ.get(DIE_WITH_PARENT_ENV):
-        die_with_parent(signal.SIGTERM)  # started by run-round: stop cleanly when it goes
+        # started by run-round: stop cleanly when it goes, or at once if it already went while we
+        # started up (the kernel only signals a death that comes after the request)
+        parent = os.environ[DIE_WITH_PARENT_ENV]
+        die_with_parent(signal.SIGTERM, parent_pid=int(parent) if parent.isdigit() else None)
     if device is not None:
         if not device.isdigit():
             raise UsageError(f"--device expects a GPU id like 0, got {device!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
 
-DIE_WITH_PARENT_ENV = "TUNER_DIE_WITH_PARENT"
+DIE_WITH_PARENT_ENV = "TUNER_DIE_WITH_PARENT"  # the parent's pid: a worker started by run-round
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class LocalPool:
             with (self.log_dir / f"{worker.label}.log").open("ab") as log:
                 self.processes[worker.label] = subprocess.Popen(
                     self.command_for(worker),
-                    env={**os.environ, **self.env, **worker.env, DIE_WITH_PARENT_ENV: "1"},
+                    env={**os.environ, **self.env, **worker.env, DIE_WITH_PARENT_ENV: str(os.getpid())},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
