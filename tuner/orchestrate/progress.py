@@ -44,7 +44,6 @@ class PhaseWatcher:
         self._seen: set[int] | None = None
         self._last: PhaseSnapshot | None = None
         self.unreachable_since: float | None = None  # time.time() of the first failed refresh
-        self.last_error: str = ""  # "OperationalError: ..." of the last failed refresh
 
     def snapshot(self) -> PhaseSnapshot:
         """The phase as the storage has it now; storage errors (after ``with_retries``) propagate."""
@@ -61,10 +60,9 @@ class PhaseWatcher:
 
         try:
             snapshot = self._read(briefly)
-        except Exception as error:  # whatever it is, the workers must go on
+        except Exception:  # whatever it is, the workers must go on
             if self.unreachable_since is None:
                 self.unreachable_since = time.time()
-            self.last_error = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:200]
             if self._last is None:
                 return None
             return dataclasses.replace(

@@ -31,11 +31,7 @@ from tuner.orchestrate.budget import Decision
 from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
 from tuner.orchestrate.failures import FailureReason, fail_stale_trials, save_error_log
-from tuner.orchestrate.heartbeat import (  # noqa: F401  (HEARTBEAT_ENV: re-exported)
-    HEARTBEAT_ENV,
-    HeartbeatThread,
-    heartbeat_settings,
-)
+from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
 from tuner.orchestrate.phase import PhaseSettings, open_phase
 from tuner.orchestrate.record import Recorder
 from tuner.orchestrate.search_space import Param, distributions, to_config_values
@@ -171,6 +167,10 @@ class Worker:
         folder of its own rather than write into someone else's tree."""
         if resume_dir and Path(resume_dir).resolve().parent == self.options.phase_dir.resolve():
             return Path(resume_dir)
+        return self._own_dir(slot, attempt)
+
+    def _own_dir(self, slot: int, attempt: int) -> Path:
+        """``trial-0007`` for a slot's first attempt, ``trial-0007.2`` for a retry starting over."""
         name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
         return self.options.phase_dir / name
 
@@ -207,7 +207,7 @@ class Worker:
         if attempt and not self._folder_freed(run_dir, beat):
             # its predecessor still holds it (a frozen machine's trial, not dead yet): never
             # write a folder another process holds; start over in one of our own
-            run_dir = self.options.phase_dir / f"trial-{slot:04d}.{attempt}"
+            run_dir = self._own_dir(slot, attempt)
         job = self._prepared.pop(slot, None) if attempt == 0 and "run_dir" in frozen.user_attrs else None
         recorder = Recorder(
             self.storage,
