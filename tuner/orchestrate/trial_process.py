@@ -74,22 +74,6 @@ def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) ->
         os.kill(os.getpid(), sig)
 
 
-# How an exhausted allocator words it: CUDA ("CUDA out of memory"), the CPU allocator
-# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ... bytes"), the C library
-# ("Cannot allocate memory", ENOMEM's strerror).
-_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    if isinstance(error, MemoryError):
-        return True
-    oom_type = getattr(__import__("torch").cuda, "OutOfMemoryError", None)
-    if oom_type is not None and isinstance(error, oom_type):
-        return True
-    text = str(error).lower()
-    return any(words in text for words in _OOM_WORDS)
-
-
 def _reporter(connection: Any, metric: str) -> Any:
     from tuner.train import Callback, CheckpointCallback
 
@@ -173,6 +157,8 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
             lock_wait_s=60.0,
         )
     except BaseException as error:
+        from tuner.train.workload_errors import is_out_of_memory
+
         reason = FailureReason.OOM if is_out_of_memory(error) else FailureReason.CRASHED
         # tuner's own errors (e.g. "the workload raised KeyError ... at my_workload.py:7") say
         # what they are; a class name in front would only repeat it

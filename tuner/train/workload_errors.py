@@ -53,12 +53,20 @@ def shown_path(filename: str) -> str:
     return filename if relative.startswith("..") else relative
 
 
-def _is_out_of_memory(error: BaseException) -> bool:
-    """Left as it is, so the orchestrator still records the trial as ``oom``."""
+# How an exhausted allocator words it: CUDA ("CUDA out of memory"), the CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ... bytes"), the C library
+# ("Cannot allocate memory", ENOMEM's strerror).
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is a device or host running out of memory (a trial's ``oom`` reason).
+
+    Such errors are left as they are, never blamed on the workload's code."""
     if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
         return True
-    text = str(error)
-    return "out of memory" in text or "Cannot allocate memory" in text
+    text = str(error).lower()
+    return any(words in text for words in _OOM_WORDS)
 
 
 def blame_workload(error: BaseException) -> WorkloadCodeError | None:
@@ -67,7 +75,7 @@ def blame_workload(error: BaseException) -> WorkloadCodeError | None:
     Only ordinary exceptions: a ``TunerError`` already speaks to the user, an interrupt is not a
     bug, and an out-of-memory error keeps its type for the failure reason.
     """
-    if not isinstance(error, Exception) or isinstance(error, TunerError) or _is_out_of_memory(error):
+    if not isinstance(error, Exception) or isinstance(error, TunerError) or is_out_of_memory(error):
         return None
     frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
     if not frames:
