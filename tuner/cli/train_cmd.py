@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import typer
@@ -17,17 +16,6 @@ def shown(path: Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def reproduce_command(path: Path, overrides: list[str], output_dir: Path) -> str:
-    """Absolute paths (it must work from any folder); a storage password is masked."""
-    from tuner.spec import redact_storage_url
-
-    words = ["tuner", "train", str(path.resolve())]
-    for override in overrides:
-        words += ["--set", redact_storage_url(override)]
-    words += ["--output-dir", str(output_dir.resolve())]
-    return shlex.join(words)
 
 
 @guarded
@@ -52,6 +40,7 @@ def train(
 
     loaded = load_study(path, set_)
     check_study(loaded)
+    from tuner.playbook.phases import reproduce_command
     from tuner.train import choose_run_dir, run_training  # torch: only when training
 
     run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)
@@ -62,7 +51,7 @@ def train(
         run_dir,
         base_dir=loaded.base_dir,
         console=err,
-        command=reproduce_command(path, set_, output_dir),
+        command=reproduce_command(path, {}, None, output_dir, set_),  # no trial values
         progress=progress,
     )
     metric = loaded.spec.objective.metric

@@ -70,11 +70,12 @@ def _format_value(value: Any) -> str:
 def reproduce_command(
     study_path: Path,
     values: dict[str, Any],
-    steps: int,
+    steps: int | None,
     output_dir: Path,
     overrides: Iterable[str] = (),
 ) -> str:
-    """``tuner train`` with the phase's ``--set`` overrides and the trial's values, shell-quoted.
+    """``tuner train`` with the ``--set`` overrides and a trial's values, shell-quoted (``tuner
+    train`` records its own run's command with no values and ``steps`` None).
 
     Paths are absolute so the command works from any folder; the overrides come first, so the
     trial's own values and length win exactly as they did in the trial.
@@ -86,7 +87,9 @@ def reproduce_command(
         words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
     for key, value in values.items():
         words += ["--set", f"{key}={_format_value(value)}"]
-    words += ["--set", f"max_train_steps={steps}", "--output-dir", str(Path(output_dir).resolve())]
+    if steps is not None:
+        words += ["--set", f"max_train_steps={steps}"]
+    words += ["--output-dir", str(Path(output_dir).resolve())]
     return shlex.join(words)
 
 
