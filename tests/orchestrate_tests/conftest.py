@@ -93,10 +93,14 @@ def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> 
 
 
 def load_phase(storage_url: str, study: str, phase: str = "round-1") -> Any:
+    """The phase as any reader opens it: through ``open_storage``, whose lock keeps a test that
+    polls a phase from racing the command creating its schema (a bare ``optuna.load_study`` on
+    a half-created SQLite file can fail with "UNIQUE constraint failed: alembic_version")."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.load_study(study_name=f"{study}/{phase}", storage=storage_url)
+    from tuner.orchestrate import open_storage
+
+    return optuna.load_study(study_name=f"{study}/{phase}", storage=open_storage(storage_url))
 
 
 def sqlite_url(output_dir: Path, study: str = "toy") -> str:
