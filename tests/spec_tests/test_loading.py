@@ -70,7 +70,8 @@ def test_defaults(tmp_path: Path) -> None:
     ]
     assert spec.search_space == {}
     assert (spec.rounds.round1.trials, spec.rounds.round1.length_fraction) == (20, 0.2)
-    assert (spec.rounds.round2.trials, spec.rounds.round2.sampler) == (3, "random")
+    round2 = spec.rounds.round2
+    assert (round2.top_k, round2.seeds, round2.lr_multipliers) == (3, 1, [1.0])
     assert spec.storage is None
 
 

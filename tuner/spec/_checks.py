@@ -25,6 +25,14 @@ def check_search_space(loaded: Any) -> None:
     for key, param in loaded.spec.search_space.items():
         target = key_to_path(key)
         here = ("search_space", key)
+        if target == ("training", "max_train_steps"):
+            raise loaded.error(
+                here,
+                "max_train_steps is not a hyperparameter to search: a longer trial nearly always scores "
+                "better, so the search would just pick the largest; the playbook fixes it per round "
+                "(tuner sweep-lr finds it, rounds.<round>.steps / length_fraction set each round's)",
+                at_key=True,
+            )
         if target[0] == "workload":
             continue
         if not has_path(effective, target) or target[0] in ("search_space", "name", "workload"):
@@ -58,4 +66,33 @@ def check_schedule(loaded: Any) -> None:
             raise loaded.error(
                 ("training", "schedule", index, "fraction"),
                 f"the segments' fractions add up to {total:g} here, more than 1 (all of max_train_steps)",
+            )
+
+
+def check_rounds(loaded: Any) -> None:
+    """Fields that only mean something for some rounds, refused where they would be ignored."""
+    rounds = loaded.spec.rounds
+    for number in rounds.numbers:
+        spec = rounds.get(number)
+        here = ("rounds", f"round{number}")
+        if number >= 2 and "trials" in spec.model_fields_set:
+            raise loaded.error(
+                (*here, "trials"),
+                f"round {number} trains round {number - 1}'s best points, so its trial count is "
+                "top_k x seeds x len(lr_multipliers); set those instead of trials",
+                at_key=True,
+            )
+        if number >= 2 and spec.proxy_fraction:
+            raise loaded.error(
+                (*here, "proxy_fraction"),
+                "only round 1 validates on a proxy split; later rounds train on all training data "
+                "and validate on the real validation set",
+                at_key=True,
+            )
+        if number == 1 and spec.lr_multipliers != [1.0]:
+            raise loaded.error(
+                (*here, "lr_multipliers"),
+                "round 1 searches the learning rate itself; lr_multipliers re-try round 1's best "
+                "points at a few multiples of their LR in round 2 and later",
+                at_key=True,
             )

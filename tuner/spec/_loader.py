@@ -195,10 +195,11 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
         override_texts[target] = text
     spec = _validate(document, source, positions, override_texts)
     loaded = LoadedStudy(spec, path, document, positions, override_texts)
-    from tuner.spec._checks import check_schedule, check_search_space
+    from tuner.spec._checks import check_rounds, check_schedule, check_search_space
 
     check_search_space(loaded)
     check_schedule(loaded)
+    check_rounds(loaded)
     return loaded
 
 

@@ -82,6 +82,13 @@ class TrainingSpec(_Model):
     grad_clip_norm: PositiveFloat | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tensorboard: bool = True
+    # 0: the init and data-order seeds derived from the study seed; k > 0: the k-th other pair
+    # (round 2's `seeds`). The validation split never depends on it: it comes from `seed` alone.
+    seed_index: NonNegativeInt = 0
+    # > 0: validate on this seeded fraction of the training split, train on the rest (round 1's
+    # proxy split); the real validation set is then not looked at.
+    proxy_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    augment: bool = True  # the workload's augmentation (sweep-lr switches it off)
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: list[ScheduleSegment] = Field(
         default_factory=lambda: [ScheduleSegment(shape="constant")], min_length=1
@@ -160,14 +167,35 @@ SearchParam = Annotated[FloatParam | IntParam | CategoricalParam, Field(discrimi
 
 
 class SweepLrSpec(_Model):
+    """``tuner sweep-lr``: a constant-LR grid; the fewest steps to fit is the first max_train_steps."""
+
     grid: list[PositiveFloat] | None = None  # default: half-decades around optimizer.lr
-    max_steps: PositiveInt | None = None
+    max_steps: PositiveInt | None = None  # the cap on each grid trial
     fit_metric: str = Field(default="train/accuracy", pattern=r"^(val|train)/[A-Za-z0-9_]+$")
     fit_threshold: float = 1.0
+    seeds: PositiveInt = 1
+    # what the sweep switches off, as dotted keys like --set (a workload's dropout too)
+    overrides: dict[str, Any] = Field(default_factory=lambda: {"optimizer.weight_decay": 0.0})
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, grid: list[float] | None) -> list[float] | None:
+        if grid is not None:
+            if len(grid) < 3:
+                raise ValueError(
+                    f"the grid has {len(grid)} point(s); give at least 3, so that an edge of the grid "
+                    "can be told from its middle"
+                )
+            if len(set(grid)) != len(grid):
+                raise ValueError("the grid has a repeated learning rate")
+        return grid
 
 
 class RoundSpec(_Model):
-    trials: PositiveInt = 20
+    """One tuning round. Round 1 searches (``trials`` points from ``sampler``); round N >= 2 trains
+    the previous round's ``top_k`` points ``seeds`` times at each of ``lr_multipliers``."""
+
+    trials: PositiveInt = 20  # round 1 only: later rounds have top_k x seeds x lr_multipliers
     steps: PositiveInt | None = None
     length_fraction: Fraction | None = None
     sampler: Literal["quasi-random", "random", "tpe"] = "quasi-random"
@@ -175,13 +203,51 @@ class RoundSpec(_Model):
     max_failed: PositiveInt | None = None  # default: a third of `trials`
     max_retries: NonNegativeInt = 1  # retries of a crashed / killed / timed-out trial
     trial_timeout_s: PositiveFloat | None = None
+    timeout_h: PositiveFloat | None = None  # stop starting trials after this much wall time
+    stop_after_no_improvement: PositiveInt | None = None  # ... or after N completed trials without a new best
     top_k: PositiveInt = 3
     seeds: PositiveInt = 1
+    lr_multipliers: list[PositiveFloat] = Field(default_factory=lambda: [1.0], min_length=1)
+    proxy_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.0  # round 1 only
+
+
+ROUND_KEY = re.compile(r"^round([1-9][0-9]?)$")
 
 
 class RoundsSpec(_Model):
+    """``round1``, ``round2`` and optionally ``round3``... (each from the previous round's best)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, validate_default=True)
+    __pydantic_extra__: dict[str, RoundSpec] = Field(init=False)  # round3, round4... validated as rounds
+
     round1: RoundSpec = Field(default_factory=lambda: RoundSpec(trials=20, length_fraction=0.2))
-    round2: RoundSpec = Field(default_factory=lambda: RoundSpec(trials=3, sampler="random"))
+    round2: RoundSpec = Field(default_factory=RoundSpec)
+
+    @model_validator(mode="after")
+    def _round_names(self) -> RoundsSpec:
+        numbers = []
+        for key in self.model_extra or {}:
+            match = ROUND_KEY.match(key)
+            if match is None or int(match.group(1)) < 3:
+                raise ValueError(f"unknown key {key!r}: rounds are named round1, round2, round3...")
+            numbers.append(int(match.group(1)))
+        expected = list(range(3, 3 + len(numbers)))
+        if sorted(numbers) != expected:
+            missing = sorted(set(range(3, max(numbers) + 1)) - set(numbers))
+            raise ValueError(f"round{missing[0]} is missing: rounds are numbered without gaps")
+        return self
+
+    def get(self, number: int) -> RoundSpec | None:
+        """Round ``number``'s spec, or None if the study does not define it (round 1 and 2 always exist)."""
+        if number == 1:
+            return self.round1
+        if number == 2:
+            return self.round2
+        return (self.model_extra or {}).get(f"round{number}")
+
+    @property
+    def numbers(self) -> list[int]:
+        return [1, 2, *sorted(int(ROUND_KEY.match(k).group(1)) for k in self.model_extra or {})]  # type: ignore[union-attr]
 
 
 class StudySpec(_Model):
