@@ -32,7 +32,9 @@ def parse_devices(text: str | None) -> list[str] | None:
 @guarded
 def run_round(
     path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
-    round_number: int = typer.Option(..., "--round", metavar="N", help="1: many short exploration trials."),
+    round_number: int = typer.Option(
+        ..., "--round", metavar="N", help="1: many short exploration trials; 2 (3...): round N-1's best, longer."
+    ),
     set_: list[str] = typer.Option(
         [],
         "--set",
@@ -49,7 +51,7 @@ def run_round(
         None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
     ),
     trials: int | None = typer.Option(
-        None, "--trials", metavar="N", help="Trial budget (default: rounds.round1.trials)."
+        None, "--trials", metavar="N", help="Round 1's trial budget (default: rounds.round1.trials)."
     ),
     max_failed: int | None = typer.Option(
         None, "--max-failed", metavar="N", help="Failure budget (default: a third)."
@@ -72,93 +74,30 @@ def run_round(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
 ) -> None:
     """Run a round's trials, one worker per device; re-run to continue after an interruption."""
-    if round_number != 1:
-        raise UsageError(f"--round {round_number}: only round 1 exists so far (round 2 is not built yet)")
-    from tuner.spec import load_study
-    from tuner.workloads import check_study
+    from tuner.cli._phase_run import PhaseRequest, run_phase
+    from tuner.playbook.phases import round_phase
 
-    loaded = load_study(path, set_)
-    check_study(loaded)
-    from tuner.orchestrate import LocalPool, local_workers, redact_url
-    from tuner.orchestrate.pool import check_devices
-    from tuner.orchestrate.progress import PhaseWatcher
-    from tuner.playbook import create_round, prepare_round
-
-    spec = loaded.spec
-    started = prepare_round(
-        loaded,
-        "round-1",
-        output_dir,
-        storage_url=storage,
-        max_trials=trials,
-        max_failed=max_failed,
-        max_parallel=max_parallel,
-        max_retries=max_retries,
-        trial_timeout_s=trial_timeout_s,
-    )
-    settings, phase = started.settings, started.plan.phase
-    gpus = parse_devices(devices)
-    chosen = local_workers(
-        workers=workers, devices=gpus, max_parallel=settings.max_parallel, budget=settings.max_trials
-    )
-    if gpus:
-        check_devices(gpus)  # before anything is created: a refused run leaves nothing behind
-
-    def command_for(worker: LocalWorker) -> list[str]:
-        words = [sys.executable, "-m", "tuner", "worker", str(path), "--phase", phase]
-        for override in set_:
-            # the storage reaches workers through TUNER_STORAGE (it may hold a password: ps shows
-            # command lines); it is not part of what a worker checks against the phase
-            if override.split("=", 1)[0].strip() != "storage":
-                words += ["--set", override]
-        words += ["--output-dir", str(output_dir), "--label", worker.label, "--quiet"]
-        return words + (["--threads", str(worker.threads)] if worker.threads else [])
-
-    pool = LocalPool(
-        command_for,
-        chosen,
-        env={"TUNER_STORAGE": started.storage_url},  # not on the command line: ps would show a password
-        log_dir=started.folder / ".workers",
-    )
-    pool.start()  # workers warm up (import torch) while the phase is created
-    try:
-        create_round(loaded, started)
-    except BaseException:
-        pool.stop()
-        raise
-    err.print(
-        f"{phase}: {plural(settings.max_trials, 'trial')} of {started.plan.trial_steps} steps "
-        f"({started.plan.sampler_name}), {plural(len(chosen), 'worker')} "
-        f"({', '.join(w.label for w in chosen)}), "
-        f"storage {redact_url(started.storage_url)}"
-    )
-    metric = spec.objective.metric
-    view = PhaseView(err, phase, metric, live=progress and err.is_terminal, since=now())
-    watcher = PhaseWatcher(started.study, started.folder)
-
-    def refresh() -> None:  # never raises for a storage error: a stale view, the workers go on
-        view.update(watcher.refresh(), watcher.unreachable_since)
-
-    try:
-        codes = pool.wait(tick=refresh)
-    finally:
-        view.close()
-    for error in pool.tick_errors[:1]:
-        warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
-    crashed = report_workers(codes, started.folder)
-    try:
-        final = watcher.snapshot()  # each read retried (about 16 s) before it gives up
-    except Exception as error:
-        first = (str(error).strip().splitlines() or [""])[0][:200]
-        error_line(
-            escape(
-                f"cannot read the outcome of {phase} from the storage ({type(error).__name__}: {first}); "
-                "the workers have exited. Run the same command again once the storage is reachable: "
-                "it shows the summary (finished trials are not run again)"
-            )
+    if round_number < 1:
+        raise UsageError(f"--round {round_number}: rounds are numbered from 1")
+    run_phase(
+        PhaseRequest(
+            path=path,
+            phase=round_phase(round_number),
+            set_=set_,
+            output_dir=output_dir,
+            workers=workers,
+            devices=devices,
+            storage=storage,
+            progress=progress,
+            budget={
+                "max_trials": trials,
+                "max_failed": max_failed,
+                "max_parallel": max_parallel,
+                "max_retries": max_retries,
+                "trial_timeout_s": trial_timeout_s,
+            },
         )
-        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED) from None
-    summarize(final, codes, started.folder, phase, metric, crashed=crashed)
+    )
 
 
 def _last_error_line(log: Path) -> str:

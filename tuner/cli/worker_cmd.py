@@ -126,15 +126,14 @@ def worker(
     loaded = load_study(path, set_)
     check_study(loaded)
     from tuner.cli._phase_view import trial_line
-    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker, with_retries
+    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
     from tuner.orchestrate.trial_process import warm_up
     from tuner.orchestrate.worker import open_worker_storage
     from tuner.output import phase_dir
-    from tuner.playbook import phase_plan
-    from tuner.playbook.phases import CONFIG_HASH_ATTR, training_config_hash
+    from tuner.playbook.phases import check_against_plan, check_phase_input, load_stored_plan, phase_plan
 
     spec = loaded.spec
-    plan = phase_plan(loaded, phase, output_dir)
+    check_phase_input(loaded, phase)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
     if not os.environ.get(DIE_WITH_PARENT_ENV):
         _wait_for_sqlite_file(url, signals)  # a wrong path is refused before torch's import
@@ -143,20 +142,17 @@ def worker(
     _wait_for_sqlite_file(url, signals)
     opened = open_worker_storage(url)
     opened_phase = _wait_for_phase(opened, spec.name, phase, signals)
-    # a read like any other: a dropped connection is retried, not a crash of the worker
-    started_with = with_retries(lambda: opened_phase.user_attrs).get(CONFIG_HASH_ATTR)
-    if started_with not in (None, training_config_hash(spec)):
-        raise UsageError(
-            f"{path} does not match the study file that started {spec.name}/{phase} "
-            "(workload, training, objective or search space differ): use the same file and --set values"
-        )
+    # the phase's plan, not this file, says what its trials train; the file must still match it
+    stored = load_stored_plan(opened_phase)
+    check_against_plan(loaded, stored, opened_phase.study_name)
+    plan = phase_plan(loaded, stored, output_dir)
     result = run_worker(
         WorkerOptions(
             storage_url=url,
             study=spec.name,
             phase=phase,
             phase_dir=phase_dir(output_dir, spec.name, phase),
-            search_space=spec.search_space,
+            search_space=plan.search_space(),
             make_job=plan.make_job,
             params_for_slot=plan.params_for_slot,
             code_dir=loaded.base_dir,

@@ -7,7 +7,8 @@ child is gone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from tuner.orchestrate.failures import FailureReason
 
@@ -50,6 +51,7 @@ class Finished:
     best_step: int | None
     resumed_from_step: int | None
     train_s: float
+    attrs: dict[str, Any] = field(default_factory=dict)  # recorded on the trial (e.g. fit_step)
 
 
 @dataclass(frozen=True)

@@ -125,9 +125,11 @@ def _start_phase(
                 f"phase {name} already has {len(slots)} trials; a budget of {settings.max_trials} "
                 "cannot take them back (budgets can only grow)"
             )
-        optuna_study.set_user_attr(SETTINGS_ATTR, asdict(settings))
+        # the settings last: a worker waits for them, so whatever else it reads is there by then
         for key, value in {**(expected_attrs or {}), **(extra_attrs or {})}.items():
-            optuna_study.set_user_attr(key, value)
+            if existing.get(key) != value:
+                optuna_study.set_user_attr(key, value)
+        optuna_study.set_user_attr(SETTINGS_ATTR, asdict(settings))
     return optuna_study
 
 

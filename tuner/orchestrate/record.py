@@ -40,6 +40,10 @@ from tuner.orchestrate.storage import with_retries
 from tuner.orchestrate.supervise import TrialAbandoned
 
 
+# a run that ended by itself with a value: it trained to the end, or a callback's goal was met
+STOPPED_WITH_A_VALUE = ("completed", "target_reached")
+
+
 class Recorder:
     """The storage writes of one trial (``trial_id``, number ``number``) of ``study``."""
 
@@ -102,9 +106,14 @@ class Recorder:
             return
         extra: dict[str, Any] = {"worker_rss_mb": resident_memory_mb()}
         child_dead = True
+        if isinstance(outcome, Finished):
+            extra.update(outcome.attrs)
         match outcome:
-            case Finished() if outcome.status == "completed" and outcome.best_value is not None:
+            case Finished() if outcome.status in STOPPED_WITH_A_VALUE and outcome.best_value is not None:
                 extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)
+                extra["final_step"] = outcome.step
+                if outcome.status == "target_reached":
+                    extra["stopped_early"] = True
                 try:  # the value is the trial's best (retrospective checkpoint selection)
                     for key, value in extra.items():
                         self._set(key, value)
@@ -132,7 +141,7 @@ class Recorder:
                 )
                 message = outcome.message or (
                     "training finished without an objective value"
-                    if outcome.status == "completed"
+                    if outcome.status in STOPPED_WITH_A_VALUE
                     else outcome.status
                 )
                 extra["final_step"] = outcome.step

@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ class TrialJob:
     run_dir: Path
     command: str
     data_seed: int | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)  # recorded on the trial (e.g. its source trial)
+    # callbacks the trial adds to its engine (e.g. sweep-lr's fit criterion); called in the child.
+    # A callback with ``trial_attrs() -> dict`` has those attributes recorded on the trial.
+    extra_callbacks: Callable[[], list[Any]] | None = None
 
 
 def warm_up(spec: StudySpec, base_dir: Path) -> None:
@@ -144,12 +149,13 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
     if threads:
         torch.set_num_threads(threads)
     started = time.perf_counter()
+    own = job.extra_callbacks() if job.extra_callbacks is not None else []
     try:
         result = run_training(
             job.spec,
             job.run_dir,
             base_dir=job.base_dir,
-            extra_callbacks=[_reporter(connection, job.spec.objective.metric)],
+            extra_callbacks=[*own, _reporter(connection, job.spec.objective.metric)],
             data_seed=job.data_seed,
             command=job.command,
             progress=False,
@@ -168,6 +174,13 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
         sys.stderr.flush()
         os._exit(1)
     best = result.best_value
+    attrs: dict[str, Any] = {}
+    for callback in own:
+        if hasattr(callback, "trial_attrs"):
+            attrs.update(callback.trial_attrs())
+    final_loss = result.last_eval.get("train/loss")
+    if final_loss is not None:
+        attrs["final_train_loss"] = float(final_loss) if math.isfinite(final_loss) else None
     connection.send(
         Finished(
             status=result.status,
@@ -177,5 +190,6 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
             best_step=result.best_step,
             resumed_from_step=result.resumed_from_step,
             train_s=time.perf_counter() - started,
+            attrs=attrs,
         )
     )

@@ -47,7 +47,7 @@ class WorkerOptions:
     phase: str
     phase_dir: Path
     search_space: Mapping[str, Param]
-    make_job: Callable[[dict[str, Any], Path], TrialJob]  # config values, run folder -> job
+    make_job: Callable[[int, dict[str, Any], Path], TrialJob]  # slot, config values, run folder -> job
     params_for_slot: Callable[[int], dict[str, Any]] = dict  # fixed points ({}: the sampler picks)
     code_dir: Path = field(default_factory=Path.cwd)
     threads: int | None = None
@@ -147,7 +147,7 @@ class Worker:
         known = bool(params) and params.keys() == self.distributions.keys()
         if known:
             try:
-                job = self._job(params, self._run_dir(slot, 0, None))
+                job = self._job(slot, params, self._run_dir(slot, 0, None))
                 user_attrs.update(self._bookkeeping(job))
                 self._prepared[slot] = job
             except Exception:  # a bad point: _run_trial meets the error again and records it
@@ -178,8 +178,8 @@ class Worker:
         trial = adapter.trial_for_sampling(self.study, trial_id)
         return {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
 
-    def _job(self, params: dict[str, Any], run_dir: Path) -> TrialJob:
-        return self.options.make_job(to_config_values(self.options.search_space, params), run_dir)
+    def _job(self, slot: int, params: dict[str, Any], run_dir: Path) -> TrialJob:
+        return self.options.make_job(slot, to_config_values(self.options.search_space, params), run_dir)
 
     def _bookkeeping(self, job: TrialJob) -> dict[str, Any]:
         """What the storage records about a trial before it trains (the reports read it)."""
@@ -189,6 +189,7 @@ class Worker:
             "max_train_steps": job.spec.training.max_train_steps,
             "reproduce": job.command,
             **self.version,
+            **job.attrs,
         }
 
     def _run_trial(self, claimed: Claimed, settings: PhaseSettings) -> None:
@@ -225,7 +226,7 @@ class Worker:
                 # the sampler reads the storage (TPE reads every trial): retried like any read;
                 # a repeated suggest returns the value already stored, so a retry is harmless
                 params = with_retries(self._sample, claimed.trial_id)
-                job = self._job(params, run_dir)
+                job = self._job(slot, params, run_dir)
                 for key, value in self._bookkeeping(job).items():
                     with_retries(self.storage.set_trial_user_attr, claimed.trial_id, key, value)
         except UpdateFinishedTrialError:

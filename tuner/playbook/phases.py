@@ -1,66 +1,132 @@
-"""What each phase trains: the trials' configs, their length, their points, their budgets.
+"""Phases: what each trains (its stored plan), their budgets, and starting or joining one.
 
-``run-round`` (which starts a phase) and ``worker`` (which joins one, maybe on another machine)
-build the same plan from the same study file, so a trial is the same whoever runs it.
+The command that creates a phase (``run-round``, ``sweep-lr``) builds its plan (``plan.py``) and
+stores it in the phase; whoever serves the phase afterwards (``tuner worker`` here or on another
+machine, or the same command re-run) reads that plan back and only checks its own study file
+against it. Plans of each kind are built in ``round1.py``, ``later_rounds.py`` and
+``sweep_phase.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import math
 import shlex
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
+from tuner.playbook.config_check import refuse_changed_study
+from tuner.playbook.plan import PLAN_ATTR, StoredPlan, load_plan
 from tuner.spec import LoadedStudy, RoundSpec, StudySpec, key_to_path
 
-ROUND_PHASES = {1: "round-1"}
-CONFIG_HASH_ATTR = "tuner:config_hash"
+SWEEP_PHASE = "sweep-lr"
+
+
+def round_phase(number: int) -> str:
+    return f"round-{number}"
+
+
+def round_number(phase: str) -> int | None:
+    """``round-2`` -> 2; None for another phase."""
+    head, _, tail = phase.partition("-")
+    return int(tail) if head == "round" and tail.isdigit() and int(tail) >= 1 else None
+
+
+def known_phases(spec: StudySpec) -> list[str]:
+    return [SWEEP_PHASE, *(round_phase(n) for n in spec.rounds.numbers)]
 
 
 @dataclass
 class PhasePlan:
-    phase: str
-    round_spec: RoundSpec
-    trial_steps: int
-    params_for_slot: Callable[[int], dict[str, Any]]
-    make_job: Callable[[dict[str, Any], Path], TrialJob]
-    sampler_name: str
+    """A stored plan, plus what this machine needs to run its trials (paths, ``--set`` texts)."""
+
+    stored: StoredPlan
+    loaded: LoadedStudy  # this machine's study file (checked against the plan)
+    output_dir: Path
+    round_spec: RoundSpec | None = None  # the budgets (they may change between runs); None: defaults
+    fit_callbacks: Callable[[], list[Any]] | None = None
+
+    @property
+    def phase(self) -> str:
+        return self.stored.phase
+
+    @property
+    def trial_steps(self) -> int:
+        return self.stored.trial_steps
+
+    @property
+    def sampler_name(self) -> str:
+        return self.stored.sampler
+
+    @property
+    def budget(self) -> int:
+        """Trials of the phase: its fixed points, else the round's ``trials``."""
+        if self.stored.slots:
+            return len(self.stored.slots)
+        return self.round_spec.trials if self.round_spec is not None else 1
 
     def settings(self, **overrides: Any) -> PhaseSettings:
         """The budgets: the study's ``rounds`` entry, with command-line overrides on top."""
-        chosen = {
-            "max_trials": self.round_spec.trials,
-            "max_failed": self.round_spec.max_failed,
-            "max_parallel": self.round_spec.parallel,
-            "max_retries": self.round_spec.max_retries,
-            "trial_timeout_s": self.round_spec.trial_timeout_s,
-        }
+        spec = self.round_spec
+        chosen: dict[str, Any] = {"max_trials": self.budget}
+        if spec is not None:
+            chosen.update(
+                max_failed=spec.max_failed,
+                max_parallel=spec.parallel,
+                max_retries=spec.max_retries,
+                trial_timeout_s=spec.trial_timeout_s,
+            )
         chosen.update({key: value for key, value in overrides.items() if value is not None})
+        if self.stored.slots and chosen["max_trials"] != len(self.stored.slots):
+            raise UsageError(
+                f"{self.phase} trains exactly its {len(self.stored.slots)} planned points; "
+                "--trials does not apply to it"
+            )
         max_trials = chosen.pop("max_trials")
         return PhaseSettings.build(max_trials, **chosen)
 
     def sampler(self) -> Any:
-        """Optuna's sampler, only for ``tpe`` (quasi-random and random points are precomputed)."""
-        if self.sampler_name != "tpe":
+        """Optuna's sampler, only for ``tpe`` (every other point is known in advance)."""
+        if self.stored.sampler != "tpe":
             return None
         import optuna
 
         return optuna.samplers.TPESampler(seed=None)
 
+    def search_space(self) -> dict[str, Any]:
+        return self.stored.search_space()
 
-def training_config_hash(spec: StudySpec) -> str:
-    """What defines a trial's training; a worker with a different study file must not join."""
-    relevant = spec.model_dump(
-        mode="json", include={"seed", "workload", "objective", "training", "search_space"}
-    )
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+    def params_for_slot(self, slot: int) -> dict[str, Any]:
+        stored = self.stored
+        if stored.slots:
+            planned = stored.slot(slot)
+            return dict(planned.values) if planned is not None else {}
+        space = self.search_space()
+        if stored.sampler == "quasi-random":
+            return quasi_random_point(space, slot, stored.seed)
+        if stored.sampler == "random":
+            return random_point(space, slot, stored.seed)
+        return {}  # tpe: Optuna's sampler chooses when the trial starts
+
+    def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
+        return TrialJob(
+            spec=self.stored.trial_spec(slot, values),
+            base_dir=self.loaded.base_dir,
+            run_dir=run_dir,
+            command=reproduce_command(
+                self.loaded.path,
+                self.stored.trial_sets(slot, values),
+                None,
+                self.output_dir,
+                self.loaded.overrides.values(),
+            ),
+            attrs=self.stored.slot_attrs(slot),
+            extra_callbacks=self.fit_callbacks,
+        )
 
 
 def _format_value(value: Any) -> str:
@@ -105,11 +171,26 @@ def refuse_searched_overrides(loaded: LoadedStudy) -> None:
                 )
 
 
-def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int) -> int:
-    """A round's trial length: ``steps``, else ``length_fraction`` of ``max_train_steps``."""
+@dataclass(frozen=True)
+class ProductionLength:
+    """``max_train_steps`` of a full-length run, and where the value comes from."""
+
+    steps: int | None
+    source: str  # "the study file", "tuner sweep-lr", or "" when unknown
+
+    def describe(self) -> str:
+        return f"{self.steps} (from {self.source})" if self.steps is not None else "not set"
+
+
+def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int, production: int | None = None) -> int:
+    """A round's trial length: ``steps``, else ``length_fraction`` of the production length.
+
+    ``production`` defaults to ``training.max_train_steps``; later rounds without either run at
+    the production length.
+    """
     if round_spec.steps is not None:
         return round_spec.steps
-    production = spec.training.max_train_steps
+    production = production if production is not None else spec.training.max_train_steps
     if production is None:
         raise UsageError(
             f"rounds.round{round_number}: set steps, or set training.max_train_steps "
@@ -124,6 +205,8 @@ def check_schedule_fits(loaded: LoadedStudy) -> None:
 
     For ``tuner validate``: ``train`` and ``run-round`` would refuse the same at their start.
     """
+    import contextlib
+
     from tuner.train.schedules import build_schedule
 
     spec = loaded.spec
@@ -142,54 +225,43 @@ def check_schedule_fits(loaded: LoadedStudy) -> None:
             ) from None
 
 
-def phase_plan(loaded: LoadedStudy, phase: str, output_dir: Path) -> PhasePlan:
-    """The plan of ``phase`` (``round-1``) for the study in ``loaded``."""
-    spec = loaded.spec
-    if phase != "round-1":
-        known = ", ".join(ROUND_PHASES.values())
-        raise UsageError(f"unknown phase {phase!r}; phases that run trials: {known}")
-    refuse_searched_overrides(loaded)  # here, so `run-round` and `tuner worker` both refuse
-    round_spec = spec.rounds.round1
-    steps = round_steps(spec, round_spec, 1)
-    space = spec.search_space
-    if not space:
-        raise UsageError("search_space is empty: round 1 needs at least one hyperparameter to search")
-    seed = spec.seed
-
-    def params_for_slot(slot: int) -> dict[str, Any]:
-        if round_spec.sampler == "quasi-random":
-            return quasi_random_point(space, slot, seed)
-        if round_spec.sampler == "random":
-            return random_point(space, slot, seed)
-        return {}  # tpe: Optuna's sampler chooses when the trial starts
-
-    def make_job(values: dict[str, Any], run_dir: Path) -> TrialJob:
-        trial_spec = loaded.with_values({**values, "max_train_steps": steps})
-        return TrialJob(
-            spec=trial_spec,
-            base_dir=loaded.base_dir,
-            run_dir=run_dir,
-            command=reproduce_command(loaded.path, values, steps, output_dir, loaded.overrides.values()),
-        )
-
-    return PhasePlan(phase, round_spec, steps, params_for_slot, make_job, round_spec.sampler)
-
-
 @dataclass
 class StartedPhase:
-    plan: PhasePlan
-    settings: PhaseSettings
+    """A phase being started (``prepare_phase``) and then created (``create_phase``)."""
+
+    loaded: LoadedStudy
+    phase: str
+    output_dir: Path
     storage_url: str
     folder: Path  # <output>/<study>/<phase>: the trials' run folders
+    budget_overrides: dict[str, Any] = field(default_factory=dict)
+    extend: bool = False  # sweep-lr --extend
+    plan: PhasePlan | None = None
+    settings: PhaseSettings | None = None
     study: Any = None  # the Optuna study of the phase, once created
+    created: bool = False  # this command created the plan (False: it continued a stored one)
 
 
-def prepare_round(
+def check_phase_input(loaded: LoadedStudy, phase: str) -> None:
+    """What can be refused from the study file alone, before any worker or storage starts."""
+    spec = loaded.spec
+    number = round_number(phase)
+    if phase != SWEEP_PHASE and (number is None or spec.rounds.get(number) is None):
+        known = ", ".join(known_phases(spec))
+        raise UsageError(f"unknown phase {phase!r}; this study's phases: {known}")
+    if number is not None:
+        refuse_searched_overrides(loaded)  # here, so `run-round` and `tuner worker` both refuse
+    if number == 1 and not spec.search_space:
+        raise UsageError("search_space is empty: round 1 needs at least one hyperparameter to search")
+
+
+def prepare_phase(
     loaded: LoadedStudy,
     phase: str,
     output_dir: Path,
     *,
     storage_url: str | None = None,
+    extend: bool = False,
     **budget_overrides: Any,
 ) -> StartedPhase:
     """Everything about the phase that needs neither the storage nor torch (bad input fails here).
@@ -201,37 +273,116 @@ def prepare_round(
     from tuner.orchestrate import resolve_storage_url
     from tuner.output import phase_dir
 
+    check_phase_input(loaded, phase)
+    if budget_overrides.get("max_trials") is not None and phase != round_phase(1):
+        raise UsageError(f"--trials applies to round 1 only; {phase} trains the points its plan fixes")
     spec = loaded.spec
-    plan = phase_plan(loaded, phase, output_dir)
-    settings = plan.settings(**budget_overrides)
     url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)
-    return StartedPhase(plan, settings, url, phase_dir(output_dir, spec.name, phase))
+    overrides = {key: value for key, value in budget_overrides.items() if value is not None}
+    PhaseSettings.build(overrides.get("max_trials", 1), **{k: v for k, v in overrides.items() if k != "max_trials"})
+    return StartedPhase(loaded, phase, output_dir, url, phase_dir(output_dir, spec.name, phase), overrides, extend)
 
 
-def create_round(loaded: LoadedStudy, prepared: StartedPhase) -> StartedPhase:
-    """Create (or reopen and top up) the prepared phase in its storage; no trial runs here."""
-    from tuner.orchestrate import open_storage, start_phase
-    from tuner.train.schedules import build_schedule
+def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
+    """``training.max_train_steps`` from the file, else sweep-lr's recommendation in the storage."""
+    if spec.training.max_train_steps is not None:
+        return ProductionLength(spec.training.max_train_steps, "the study file")
+    from tuner.playbook.study_results import stored_recommendation
 
-    spec, plan = loaded.spec, prepared.plan
-    try:
-        build_schedule(spec.training.schedule, plan.trial_steps)
-    except ValueError as error:
-        raise UsageError(
-            f"training.schedule does not fit {plan.phase}'s trials of {plan.trial_steps} steps "
-            f"(set by rounds.round1.steps or length_fraction): {error}"
-        ) from None
+    recommended = stored_recommendation(storage, spec.name) if storage is not None else None
+    if recommended is not None:
+        return ProductionLength(recommended, "tuner sweep-lr")
+    return ProductionLength(None, "")
+
+
+def build_plan(loaded: LoadedStudy, phase: str, storage: Any, *, extend_from: StoredPlan | None = None) -> StoredPlan:
+    """The plan of a phase that has none yet (or, for ``sweep-lr --extend``, the longer one)."""
+    number = round_number(phase)
+    production = production_length(loaded.spec, storage)
+    if phase == SWEEP_PHASE:
+        from tuner.playbook.sweep_phase import extended_sweep_plan, sweep_plan
+
+        if extend_from is not None:
+            return extended_sweep_plan(loaded, extend_from, storage)
+        return sweep_plan(loaded, production)
+    if number == 1:
+        from tuner.playbook.round1 import round1_plan
+
+        return round1_plan(loaded, production)
+    from tuner.playbook.later_rounds import later_round_plan
+
+    assert number is not None
+    return later_round_plan(loaded, number, storage, production)
+
+
+def phase_plan(loaded: LoadedStudy, stored: StoredPlan, output_dir: Path) -> PhasePlan:
+    """The runnable plan of ``stored`` on this machine."""
+    number = round_number(stored.phase)
+    round_spec = loaded.spec.rounds.get(number) if number is not None else None
+    callbacks = None
+    if stored.fit is not None:
+        fit = stored.fit
+
+        def callbacks() -> list[Any]:
+            from tuner.train import FitCriterion
+
+            return [FitCriterion(fit.metric, fit.threshold, fit.direction)]
+
+    return PhasePlan(stored, loaded, output_dir, round_spec, callbacks)
+
+
+def check_against_plan(loaded: LoadedStudy, stored: StoredPlan, where: str) -> None:
+    """The study file (with its ``--set`` values) still describes the phase's stored plan."""
+    refuse_changed_study(
+        stored.config, loaded.spec.model_dump_for_files(), what=str(loaded.path), where=where
+    )
+
+
+def create_phase(prepared: StartedPhase) -> StartedPhase:
+    """Create the phase with its plan (or reopen it and check the file against its plan)."""
+    from tuner.orchestrate import open_storage, optuna_study_name, start_phase, with_retries
+
+    loaded, phase = prepared.loaded, prepared.phase
+    spec = loaded.spec
+    storage = open_storage(prepared.storage_url)
+    name = optuna_study_name(spec.name, phase)
+    existing = with_retries(_existing_attrs, storage, name)
+    stored = load_plan(existing) if existing is not None else None
+    if stored is not None:
+        check_against_plan(loaded, stored, name)
+        if prepared.extend:
+            stored = build_plan(loaded, phase, storage, extend_from=stored)
+    else:
+        if prepared.extend:
+            raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
+        stored = build_plan(loaded, phase, storage)
+        prepared.created = True
+    plan = phase_plan(loaded, stored, prepared.output_dir)
+    settings = plan.settings(**prepared.budget_overrides)
+    prepared.plan, prepared.settings = plan, settings
     prepared.study = start_phase(
-        open_storage(prepared.storage_url),
+        storage,
         spec.name,
-        plan.phase,
-        prepared.settings,
+        phase,
+        settings,
         direction=spec.objective.direction,
         sampler=plan.sampler(),
-        expected_attrs={CONFIG_HASH_ATTR: training_config_hash(spec)},
-        extra_attrs={"tuner:study_file": str(loaded.path.resolve()), "tuner:trial_steps": plan.trial_steps},
+        extra_attrs={
+            PLAN_ATTR: stored.to_attr(),
+            "tuner:study_file": str(loaded.path.resolve()),
+            "tuner:trial_steps": stored.trial_steps,
+        },
     )
     return prepared
+
+
+def _existing_attrs(storage: Any, name: str) -> dict[str, Any] | None:
+    import optuna
+
+    try:
+        return dict(optuna.load_study(study_name=name, storage=storage).user_attrs)
+    except KeyError:
+        return None
 
 
 def start_round(
@@ -242,6 +393,18 @@ def start_round(
     storage_url: str | None = None,
     **budget_overrides: Any,
 ) -> StartedPhase:
-    """``prepare_round`` then ``create_round``."""
-    prepared = prepare_round(loaded, phase, output_dir, storage_url=storage_url, **budget_overrides)
-    return create_round(loaded, prepared)
+    """``prepare_phase`` then ``create_phase`` (for tests and scripts: no worker is started)."""
+    return create_phase(prepare_phase(loaded, phase, output_dir, storage_url=storage_url, **budget_overrides))
+
+
+def load_stored_plan(opened_phase: Any) -> StoredPlan:
+    """The plan of a running phase (a worker joining it)."""
+    from tuner.orchestrate import with_retries
+
+    stored = load_plan(with_retries(lambda: opened_phase.user_attrs))
+    if stored is None:
+        raise UsageError(
+            f"phase {opened_phase.study_name} has no stored plan (created by an older tuner); "
+            "re-run the command that started it to continue"
+        )
+    return stored

@@ -20,6 +20,9 @@ _EXPORTS = {
     "format_path": "tuner.spec._paths",
     "redact_storage_url": "tuner.spec._models",
     "key_to_path": "tuner.spec._paths",
+    "set_path": "tuner.spec._paths",
+    "RoundsSpec": "tuner.spec._models",
+    "SweepLrSpec": "tuner.spec._models",
 }
 
 

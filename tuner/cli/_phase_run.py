@@ -1,0 +1,164 @@
+"""Running one phase from the command line: what ``run-round`` and ``sweep-lr`` share.
+
+Start the local workers (they import torch while the phase is created), create or continue the
+phase with its stored plan, print its header, show the live view until the workers exit, then
+the summary. The caller adds what is particular to its phase (sweep-lr's table and verdicts).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.markup import escape
+
+from tuner.cli._console import err, error_line, plural, warning_line
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL
+
+if TYPE_CHECKING:
+    from tuner.orchestrate import LocalWorker
+    from tuner.orchestrate.progress import PhaseSnapshot
+    from tuner.playbook.phases import StartedPhase
+
+
+@dataclass
+class PhaseRequest:
+    """What the command line asked for."""
+
+    path: Path
+    phase: str
+    set_: list[str]
+    output_dir: Path
+    workers: int | None = None
+    devices: str | None = None
+    storage: str | None = None
+    progress: bool = True
+    budget: dict[str, Any] = field(default_factory=dict)
+    extend: bool = False
+    quiet_summary: bool = False  # --json: the caller prints the only stdout
+
+
+@dataclass
+class PhaseOutcome:
+    started: StartedPhase
+    snapshot: PhaseSnapshot
+    codes: dict[str, int]
+    crashed: bool
+
+
+def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
+    from tuner.orchestrate import redact_url
+
+    plan, settings = started.plan, started.settings
+    assert plan is not None and settings is not None
+    stored = plan.stored
+    what = {"quasi-random": "quasi-random", "random": "random", "tpe": "TPE", "fixed": "planned points"}[
+        stored.sampler
+    ]
+    lines = [
+        f"{started.phase}: {plural(settings.max_trials, 'trial')} of {stored.trial_steps} steps ({what}), "
+        f"{plural(len(chosen), 'worker')} ({', '.join(w.label for w in chosen)}), "
+        f"storage {redact_url(started.storage_url)}"
+    ]
+    if stored.max_train_steps is not None and stored.max_train_steps_source:
+        lines.append(f"  max_train_steps {stored.max_train_steps} (from {stored.max_train_steps_source})")
+    if not started.created:
+        lines.append("  continuing the phase's stored plan")
+    lines += [f"  {note}" for note in stored.notes]
+    return lines
+
+
+def run_phase(request: PhaseRequest, after_create: Callable[[StartedPhase], None] | None = None) -> PhaseOutcome:
+    """Run the phase to its end (or an interruption); exits non-zero the way ``summarize`` says,
+    after returning nothing. Returns the outcome when the phase ended normally."""
+    from tuner.cli._phase_view import PhaseView, now
+    from tuner.cli.run_round_cmd import parse_devices, report_workers, summarize
+    from tuner.orchestrate import LocalPool, local_workers
+    from tuner.orchestrate.pool import check_devices
+    from tuner.orchestrate.progress import PhaseWatcher
+    from tuner.playbook.phases import create_phase, prepare_phase
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
+    loaded = load_study(request.path, request.set_)
+    check_study(loaded)
+    spec = loaded.spec
+    started = prepare_phase(
+        loaded,
+        request.phase,
+        request.output_dir,
+        storage_url=request.storage,
+        extend=request.extend,
+        **request.budget,
+    )
+    gpus = parse_devices(request.devices)
+    budget = request.budget.get("max_trials") or (spec.rounds.round1.trials if request.phase == "round-1" else None)
+    round_spec = spec.rounds.get(int(request.phase.split("-")[1])) if request.phase.startswith("round-") else None
+    chosen = local_workers(
+        workers=request.workers,
+        devices=gpus,
+        max_parallel=request.budget.get("max_parallel") or (round_spec.parallel if round_spec else None),
+        budget=budget or 10**6,
+    )
+    if gpus:
+        check_devices(gpus)  # before anything is created: a refused run leaves nothing behind
+
+    def command_for(worker: LocalWorker) -> list[str]:
+        words = [sys.executable, "-m", "tuner", "worker", str(request.path), "--phase", request.phase]
+        for override in request.set_:
+            # the storage reaches workers through TUNER_STORAGE (it may hold a password: ps shows
+            # command lines); it is not part of what a worker checks against the phase
+            if override.split("=", 1)[0].strip() != "storage":
+                words += ["--set", override]
+        words += ["--output-dir", str(request.output_dir), "--label", worker.label, "--quiet"]
+        return words + (["--threads", str(worker.threads)] if worker.threads else [])
+
+    pool = LocalPool(
+        command_for,
+        chosen,
+        env={"TUNER_STORAGE": started.storage_url},  # not on the command line: ps would show a password
+        log_dir=started.folder / ".workers",
+    )
+    pool.start()  # workers warm up (import torch) while the phase is created
+    try:
+        create_phase(started)
+        if after_create is not None:
+            after_create(started)
+    except BaseException:
+        pool.stop()
+        raise
+    for line in header_lines(started, chosen):
+        err.print(escape(line))
+    metric = spec.objective.metric
+    view = PhaseView(err, request.phase, metric, live=request.progress and err.is_terminal, since=now())
+    watcher = PhaseWatcher(started.study, started.folder)
+
+    def refresh() -> None:  # never raises for a storage error: a stale view, the workers go on
+        view.update(watcher.refresh(), watcher.unreachable_since)
+
+    try:
+        codes = pool.wait(tick=refresh)
+    finally:
+        view.close()
+    for error in pool.tick_errors[:1]:
+        warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
+    crashed = report_workers(codes, started.folder)
+    try:
+        final = watcher.snapshot()  # each read retried (about 16 s) before it gives up
+    except Exception as error:
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        error_line(
+            escape(
+                f"cannot read the outcome of {request.phase} from the storage ({type(error).__name__}: {first}); "
+                "the workers have exited. Run the same command again once the storage is reachable: "
+                "it shows the summary (finished trials are not run again)"
+            )
+        )
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED) from None
+    outcome = PhaseOutcome(started, final, codes, crashed)
+    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed, defer_exit=True)
+    return outcome

@@ -1,0 +1,160 @@
+"""sweep-lr as a phase: its plan (a constant-LR grid, regularization off) and its result.
+
+Each grid LR (times ``sweep_lr.seeds``) is one trial: a constant schedule (no warmup, no decay),
+augmentation off and ``sweep_lr.overrides`` applied (default: no weight decay), trained until the
+training set is fit (``fit_metric`` reaches ``fit_threshold``, checked at every eval) or
+``max_steps``. The analysis (table, verdicts, recommendation) is ``sweep_lr.py``; here the
+phase's trials become its input, and the recommendation is stored for later phases.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tuner.errors import SpecError, UsageError
+from tuner.playbook.plan import FitTarget, SlotPlan, StoredPlan
+
+if TYPE_CHECKING:
+    from tuner.playbook.phases import ProductionLength
+    from tuner.playbook.sweep_lr import SweepResult
+    from tuner.spec import LoadedStudy
+
+LR_PARAM = "optimizer.lr"
+
+
+def _space(grid: list[float]) -> dict[str, Any]:
+    return {LR_PARAM: {"type": "float", "low": min(grid), "high": max(grid), "log": True, "role": "scientific"}}
+
+
+def _slots(grid: list[float], seeds: int) -> list[SlotPlan]:
+    return [
+        SlotPlan(values={LR_PARAM: lr}, sets={"seed_index": seed} if seed else {}, attrs={"seed_index": seed})
+        for lr in grid
+        for seed in range(seeds)
+    ]
+
+
+def _switched_off(loaded: LoadedStudy, overrides: dict[str, Any]) -> list[str]:
+    """What the sweep changes, in plain words, with the study's own values."""
+    from tuner.spec import key_to_path
+    from tuner.spec._paths import get_path
+
+    document = loaded.spec.model_dump(mode="json")
+    lines = ["constant learning rate (no warmup, no decay)"]
+    for key, value in overrides.items():
+        if key == "augment":
+            lines.append("augmentation off")
+            continue
+        try:
+            before = get_path(document, key_to_path(key))
+        except KeyError:
+            before = None
+        lines.append(f"{key} = {value}" + (f" (the study has {before})" if before is not None and before != value else ""))
+    return lines
+
+
+def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
+    from tuner.playbook.sweep_lr import default_grid
+    from tuner.train.metrics import metric_direction
+
+    spec = loaded.spec
+    sweep = spec.sweep_lr
+    grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
+    max_steps = sweep.max_steps or production.steps
+    if max_steps is None:
+        raise UsageError(
+            "sweep_lr.max_steps is not set (the cap on each grid trial): set it, e.g. to a few times "
+            "the steps you expect the model to need"
+        )
+    overrides = {**sweep.overrides, "augment": False}
+    plan = StoredPlan(
+        phase="sweep-lr",
+        kind="sweep-lr",
+        config=spec.model_dump_for_files(),
+        trial_steps=max_steps,
+        schedule=[{"shape": "constant", "steps": max_steps, "start": 1.0, "end": 1.0}],
+        schedule_from_file=False,
+        overrides=overrides,
+        sampler="fixed",
+        space=_space(grid),
+        seed=spec.seed,
+        slots=_slots(grid, sweep.seeds),
+        fit=FitTarget(
+            metric=sweep.fit_metric, threshold=sweep.fit_threshold, direction=metric_direction(sweep.fit_metric)
+        ),
+        notes=_switched_off(loaded, overrides),
+    )
+    try:
+        plan.trial_spec(0, {LR_PARAM: grid[0]})
+    except SpecError as error:
+        raise UsageError(f"sweep_lr.overrides: {error.detail}") from None
+    return plan
+
+
+def sweep_trials(phase_study: Any) -> list[Any]:
+    """The phase's trials as ``SweepTrial``s (retried attempts left out)."""
+    from tuner.orchestrate import with_retries
+    from tuner.orchestrate.budget import DUPLICATE_ATTR
+    from tuner.playbook.sweep_lr import sweep_trial_from_optuna
+
+    trials = with_retries(phase_study.get_trials, False)
+    found = [sweep_trial_from_optuna(t) for t in trials if DUPLICATE_ATTR not in t.user_attrs]
+    return [t for t in found if t is not None]
+
+
+def sweep_result(phase_study: Any, stored: StoredPlan) -> SweepResult:
+    from tuner.playbook.sweep_lr import analyze_sweep
+
+    spec_config = stored.config
+    assert stored.fit is not None
+    grid = sorted({slot.values[LR_PARAM] for slot in stored.slots})
+    return analyze_sweep(
+        sweep_trials(phase_study),
+        grid=grid,
+        max_steps=stored.trial_steps,
+        eval_every=int(spec_config["training"]["eval_every"]),
+        fit_metric=stored.fit.metric,
+        fit_threshold=stored.fit.threshold,
+    )
+
+
+def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -> StoredPlan:
+    """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits on."""
+    import optuna
+
+    from tuner.orchestrate import optuna_study_name, with_retries
+    from tuner.playbook.sweep_lr import FastestAtEdge
+
+    study = with_retries(
+        optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
+    )
+    result = sweep_result(study, stored)
+    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge)]
+    if not edges:
+        raise UsageError(
+            "--extend: nothing to extend: the fastest LR to fit is not at an edge of the grid"
+            if result.fastest_lr is not None
+            else "--extend: no LR has fit the training set yet, so there is no edge to extend towards "
+            "(see the verdict of tuner sweep-lr)"
+        )
+    have = {slot.values[LR_PARAM] for slot in stored.slots}
+    new = [lr for lr in edges[0].extended_grid if lr not in have]
+    if not new:
+        return stored
+    grid = sorted(have | set(new))
+    seeds = loaded.spec.sweep_lr.seeds
+    return stored.model_copy(
+        update={
+            "slots": [*stored.slots, *_slots(new, seeds)],
+            "space": _space(grid),
+            "notes": [*stored.notes, f"extended with lr {', '.join(f'{lr:.3g}' for lr in new)}"],
+        }
+    )
+
+
+def record_result(phase_study: Any, result: SweepResult, finished: bool) -> None:
+    """Store the recommendation once every grid trial has finished (None withdraws it)."""
+    from tuner.playbook.study_results import store_recommendation
+
+    if finished:
+        store_recommendation(phase_study, result.recommended_max_train_steps)
