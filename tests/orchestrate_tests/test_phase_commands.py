@@ -20,7 +20,9 @@ def _run_round(study: Path, output_dir: Path, *extra: str):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (("--round", "2"), "only round 1 exists so far"),
+        (("--round", "3"), "unknown phase 'round-3'"),
+        (("--round", "2"), "round 2 starts from round-1's results, but round-1 has not run"),
+        (("--round", "0"), "rounds are numbered from 1"),
         (("--devices", "zero"), "--devices expects GPU ids like 0,1"),
         (("--workers", "0"), "--workers must be at least 1"),
         (("--workers", "1", "--devices", "0"), "give --workers (CPU) or --devices (GPUs), not both"),

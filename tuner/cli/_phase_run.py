@@ -72,15 +72,21 @@ def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
     return lines
 
 
-def run_phase(request: PhaseRequest, after_create: Callable[[StartedPhase], None] | None = None) -> PhaseOutcome:
-    """Run the phase to its end (or an interruption); exits non-zero the way ``summarize`` says,
-    after returning nothing. Returns the outcome when the phase ended normally."""
+def run_phase(
+    request: PhaseRequest,
+    *,
+    after_create: Callable[[StartedPhase], None] | None = None,
+    before_summary: Callable[[PhaseOutcome], None] | None = None,
+) -> PhaseOutcome:
+    """Run the phase until its workers exit, then summarise it (``summarize`` raises
+    ``typer.Exit`` for a failed, interrupted or crashed phase). ``before_summary`` sees the outcome
+    first, whatever it is (sweep-lr prints its table there)."""
     from tuner.cli._phase_view import PhaseView, now
     from tuner.cli.run_round_cmd import parse_devices, report_workers, summarize
     from tuner.orchestrate import LocalPool, local_workers
     from tuner.orchestrate.pool import check_devices
     from tuner.orchestrate.progress import PhaseWatcher
-    from tuner.playbook.phases import create_phase, prepare_phase
+    from tuner.playbook.phases import create_phase, prepare_phase, round_number
     from tuner.spec import load_study
     from tuner.workloads import check_study
 
@@ -96,8 +102,9 @@ def run_phase(request: PhaseRequest, after_create: Callable[[StartedPhase], None
         **request.budget,
     )
     gpus = parse_devices(request.devices)
-    budget = request.budget.get("max_trials") or (spec.rounds.round1.trials if request.phase == "round-1" else None)
-    round_spec = spec.rounds.get(int(request.phase.split("-")[1])) if request.phase.startswith("round-") else None
+    number = round_number(request.phase)
+    round_spec = spec.rounds.get(number) if number is not None else None
+    budget = request.budget.get("max_trials") or (round_spec.trials if number == 1 and round_spec else None)
     chosen = local_workers(
         workers=request.workers,
         devices=gpus,
@@ -153,12 +160,15 @@ def run_phase(request: PhaseRequest, after_create: Callable[[StartedPhase], None
         first = (str(error).strip().splitlines() or [""])[0][:200]
         error_line(
             escape(
-                f"cannot read the outcome of {request.phase} from the storage ({type(error).__name__}: {first}); "
+                f"cannot read the outcome of {request.phase} from the storage "
+                f"({type(error).__name__}: {first}); "
                 "the workers have exited. Run the same command again once the storage is reachable: "
                 "it shows the summary (finished trials are not run again)"
             )
         )
         raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED) from None
     outcome = PhaseOutcome(started, final, codes, crashed)
-    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed, defer_exit=True)
+    if before_summary is not None:
+        before_summary(outcome)
+    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed)
     return outcome

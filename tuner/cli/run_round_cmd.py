@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
-from tuner.cli._console import err, error_line, out, plural, warning_line
+from tuner.cli._console import err, error_line, out, plural
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, guarded
-from tuner.cli._phase_view import PhaseView, headline, now, shown_path, trial_label, trial_name
+from tuner.cli._phase_view import headline, shown_path, trial_label, trial_name
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
-    from tuner.orchestrate import LocalWorker
     from tuner.orchestrate.progress import PhaseSnapshot
 
 
@@ -33,7 +31,10 @@ def parse_devices(text: str | None) -> list[str] | None:
 def run_round(
     path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
     round_number: int = typer.Option(
-        ..., "--round", metavar="N", help="1: many short exploration trials; 2 (3...): round N-1's best, longer."
+        ...,
+        "--round",
+        metavar="N",
+        help="1: many short exploration trials; 2 (3...): round N-1's best, longer.",
     ),
     set_: list[str] = typer.Option(
         [],

@@ -39,7 +39,6 @@ from tuner.orchestrate.phase import PhaseSettings
 from tuner.orchestrate.storage import with_retries
 from tuner.orchestrate.supervise import TrialAbandoned
 
-
 # a run that ended by itself with a value: it trained to the end, or a callback's goal was met
 STOPPED_WITH_A_VALUE = ("completed", "target_reached")
 

@@ -1,12 +1,12 @@
-"""The playbook's procedures, each a phase: round 1 so far (sweep-lr and round 2 come next)."""
+"""The playbook's procedures, each a phase with a stored plan: sweep-lr, round 1, round 2 and later."""
 
 from tuner.playbook.phases import (
     PhasePlan,
     StartedPhase,
-    create_round,
+    create_phase,
     phase_plan,
-    prepare_round,
+    prepare_phase,
     start_round,
 )
 
-__all__ = ["PhasePlan", "StartedPhase", "create_round", "phase_plan", "prepare_round", "start_round"]
+__all__ = ["PhasePlan", "StartedPhase", "create_phase", "phase_plan", "prepare_phase", "start_round"]

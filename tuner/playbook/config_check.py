@@ -17,7 +17,15 @@ from tuner.errors import UsageError
 
 DEFINING = ("seed", "workload", "objective", "training", "search_space", "sweep_lr", "rounds")
 BUDGET_FIELDS = frozenset(
-    {"trials", "parallel", "max_failed", "max_retries", "trial_timeout_s", "timeout_h", "stop_after_no_improvement"}
+    {
+        "trials",
+        "parallel",
+        "max_failed",
+        "max_retries",
+        "trial_timeout_s",
+        "timeout_h",
+        "stop_after_no_improvement",
+    }
 )
 SHOWN_FIELDS = 4
 
@@ -68,7 +76,12 @@ def differing_fields(stored: dict[str, Any], current: dict[str, Any]) -> list[st
 
 
 def refuse_changed_study(
-    stored: dict[str, Any], current: dict[str, Any], *, what: str, where: str, skip_rounds_from: int | None = None
+    stored: dict[str, Any],
+    current: dict[str, Any],
+    *,
+    what: str,
+    where: str,
+    skip_rounds_from: int | None = None,
 ) -> None:
     """One line naming the fields that differ, if any (``what``: the file; ``where``: the phase)."""
     changed = differing_fields(
@@ -79,7 +92,8 @@ def refuse_changed_study(
         return
     more = f" and {len(changed) - SHOWN_FIELDS} more" if len(changed) > SHOWN_FIELDS else ""
     raise UsageError(
-        f"{what} differs from the study file that created {where}: {', '.join(changed[:SHOWN_FIELDS])}{more}; "
+        f"{what} differs from the study file that created {where}: "
+        f"{', '.join(changed[:SHOWN_FIELDS])}{more}; "
         "use the same file and --set values, or another --output-dir / --storage (or study name) "
         "for the new configuration"
     )

@@ -45,7 +45,9 @@ def round_length(loaded: LoadedStudy, number: int, previous_steps: int, producti
     return min(production.steps, max(previous_steps + 1, math.ceil(previous_steps * ratio)))
 
 
-def _top_trials(trials: list[Any], direction: str, top_k: int, number: int, source: str) -> tuple[list[Any], str]:
+def _top_trials(
+    trials: list[Any], direction: str, top_k: int, number: int, source: str
+) -> tuple[list[Any], str]:
     """The ``top_k`` best COMPLETE trials, and a note when the source round is unfinished."""
     from optuna.trial import TrialState
 
@@ -57,7 +59,9 @@ def _top_trials(trials: list[Any], direction: str, top_k: int, number: int, sour
     ]
     if len(completed) < top_k:
         diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
-        failed = sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
+        failed = (
+            sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
+        )
         running = sum(1 for t in live if not t.state.is_finished())
         raise UsageError(
             f"round {number} trains {source}'s {top_k} best completed trials, but {source} has only "
@@ -75,6 +79,10 @@ def _top_trials(trials: list[Any], direction: str, top_k: int, number: int, sour
         else ""
     )
     return ranked[:top_k], note
+
+
+def slot_of(trial: Any) -> int:
+    return int(trial.user_attrs.get("slot", trial.number))
 
 
 def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +131,9 @@ def _slots(
     return slots
 
 
-def later_round_plan(loaded: LoadedStudy, number: int, storage: Any, production: ProductionLength) -> StoredPlan:
+def later_round_plan(
+    loaded: LoadedStudy, number: int, storage: Any, production: ProductionLength
+) -> StoredPlan:
     """Round ``number`` (>= 2) from the stored results and plan of round ``number - 1``."""
     import optuna
 
@@ -171,13 +181,24 @@ def later_round_plan(loaded: LoadedStudy, number: int, storage: Any, production:
     space = dict(previous_plan.space)
     for slot in slots:
         space = _widen(space, slot.values)
-    picked = ", ".join(f"trial {s.attrs['source_trial']} ({s.attrs['source_value']:.6g})" for s in slots[:: round_spec.seeds * len(round_spec.lr_multipliers)])
+    picked = ", ".join(
+        f"trial {s.attrs['source_trial']} ({s.attrs['source_value']:.6g})"
+        for s in slots[:: round_spec.seeds * len(round_spec.lr_multipliers)]
+    )
     notes = [
         f"{source}'s top {round_spec.top_k} by {spec.objective.metric}: {picked}",
         f"{len(slots)} trials = {round_spec.top_k} points x {round_spec.seeds} seeds"
-        + (f" x {len(round_spec.lr_multipliers)} LR multipliers {round_spec.lr_multipliers}" if round_spec.lr_multipliers != [1.0] else ""),
+        + (
+            f" x {len(round_spec.lr_multipliers)} LR multipliers {round_spec.lr_multipliers}"
+            if round_spec.lr_multipliers != [1.0]
+            else ""
+        ),
         f"length {previous_plan.trial_steps} -> {steps} steps"
-        + (f" (max_train_steps from {production.source})" if production.steps == steps and production.source else ""),
+        + (
+            f" (max_train_steps from {production.source})"
+            if production.steps == steps and production.source
+            else ""
+        ),
         *[f"schedule: {note}" for note in extended.notes],
     ]
     if unfinished_note:

@@ -182,7 +182,9 @@ class ProductionLength:
         return f"{self.steps} (from {self.source})" if self.steps is not None else "not set"
 
 
-def round_steps(spec: StudySpec, round_spec: RoundSpec, round_number: int, production: int | None = None) -> int:
+def round_steps(
+    spec: StudySpec, round_spec: RoundSpec, round_number: int, production: int | None = None
+) -> int:
     """A round's trial length: ``steps``, else ``length_fraction`` of the production length.
 
     ``production`` defaults to ``training.max_train_steps``; later rounds without either run at
@@ -279,8 +281,12 @@ def prepare_phase(
     spec = loaded.spec
     url = storage_url or resolve_storage_url(spec.storage, output_dir, spec.name)
     overrides = {key: value for key, value in budget_overrides.items() if value is not None}
-    PhaseSettings.build(overrides.get("max_trials", 1), **{k: v for k, v in overrides.items() if k != "max_trials"})
-    return StartedPhase(loaded, phase, output_dir, url, phase_dir(output_dir, spec.name, phase), overrides, extend)
+    PhaseSettings.build(
+        overrides.get("max_trials", 1), **{k: v for k, v in overrides.items() if k != "max_trials"}
+    )
+    return StartedPhase(
+        loaded, phase, output_dir, url, phase_dir(output_dir, spec.name, phase), overrides, extend
+    )
 
 
 def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
@@ -295,7 +301,9 @@ def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
     return ProductionLength(None, "")
 
 
-def build_plan(loaded: LoadedStudy, phase: str, storage: Any, *, extend_from: StoredPlan | None = None) -> StoredPlan:
+def build_plan(
+    loaded: LoadedStudy, phase: str, storage: Any, *, extend_from: StoredPlan | None = None
+) -> StoredPlan:
     """The plan of a phase that has none yet (or, for ``sweep-lr --extend``, the longer one)."""
     number = round_number(phase)
     production = production_length(loaded.spec, storage)

@@ -81,7 +81,9 @@ class StoredPlan(_Stored):
     # -- what a trial trains ------------------------------------------------------------------
     def search_space(self) -> dict[str, Any]:
         """The stored space as the spec's parameter models (for distributions and sampling)."""
-        return StudySpec.model_validate_json(json.dumps({**self.config, "search_space": self.space})).search_space
+        return StudySpec.model_validate_json(
+            json.dumps({**self.config, "search_space": self.space})
+        ).search_space
 
     def slot(self, slot: int) -> SlotPlan | None:
         return self.slots[slot] if 0 <= slot < len(self.slots) else None
@@ -133,4 +135,3 @@ def resolve_schedule(spec: StudySpec, steps: int) -> list[dict[str, Any]]:
     from tuner.train.schedules import build_schedule
 
     return explicit_schedule(build_schedule(spec.training.schedule, steps).segments)
-

@@ -18,7 +18,9 @@ def stored_recommendation(storage: Any, study: str) -> int | None:
     from tuner.orchestrate import optuna_study_name, with_retries
 
     try:
-        phase = with_retries(optuna.load_study, study_name=optuna_study_name(study, "sweep-lr"), storage=storage)
+        phase = with_retries(
+            optuna.load_study, study_name=optuna_study_name(study, "sweep-lr"), storage=storage
+        )
     except KeyError:
         return None
     value = with_retries(lambda: phase.user_attrs).get(RECOMMENDED_ATTR)

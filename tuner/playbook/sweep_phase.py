@@ -23,7 +23,9 @@ LR_PARAM = "optimizer.lr"
 
 
 def _space(grid: list[float]) -> dict[str, Any]:
-    return {LR_PARAM: {"type": "float", "low": min(grid), "high": max(grid), "log": True, "role": "scientific"}}
+    return {
+        LR_PARAM: {"type": "float", "low": min(grid), "high": max(grid), "log": True, "role": "scientific"}
+    }
 
 
 def _slots(grid: list[float], seeds: int) -> list[SlotPlan]:
@@ -49,7 +51,10 @@ def _switched_off(loaded: LoadedStudy, overrides: dict[str, Any]) -> list[str]:
             before = get_path(document, key_to_path(key))
         except KeyError:
             before = None
-        lines.append(f"{key} = {value}" + (f" (the study has {before})" if before is not None and before != value else ""))
+        lines.append(
+            f"{key} = {value}"
+            + (f" (the study has {before})" if before is not None and before != value else "")
+        )
     return lines
 
 
@@ -80,7 +85,9 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
         seed=spec.seed,
         slots=_slots(grid, sweep.seeds),
         fit=FitTarget(
-            metric=sweep.fit_metric, threshold=sweep.fit_threshold, direction=metric_direction(sweep.fit_metric)
+            metric=sweep.fit_metric,
+            threshold=sweep.fit_threshold,
+            direction=metric_direction(sweep.fit_metric),
         ),
         notes=_switched_off(loaded, overrides),
     )
