@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from tuner.cli import init_cmd, run_round_cmd, train_cmd, validate_cmd, worker_cmd
+from tuner.cli import init_cmd, run_round_cmd, sweep_lr_cmd, train_cmd, validate_cmd, worker_cmd
 
 
 class TunerCommand(TyperCommand):
@@ -88,6 +88,9 @@ app.command("validate", cls=TunerCommand, short_help="Check a study file and sum
 )
 app.command("train", cls=TunerCommand, short_help="Train once with the fixed hyperparameters.")(
     train_cmd.train
+)
+app.command("sweep-lr", cls=TunerCommand, short_help="Find max_train_steps with a constant-LR grid.")(
+    sweep_lr_cmd.sweep_lr
 )
 app.command("run-round", cls=TunerCommand, short_help="Run a tuning round on every local device.")(
     run_round_cmd.run_round

@@ -1,0 +1,100 @@
+"""``tuner sweep-lr STUDY``: a constant-LR grid; the fewest steps to fit the training set is the
+first ``max_train_steps`` (the playbook's way to choose it when training is not compute-bound)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tuner.cli._console import out
+from tuner.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from tuner.cli._phase_run import PhaseOutcome
+
+
+def show_result(outcome: PhaseOutcome, as_json: bool) -> None:
+    """The table and verdicts (or their JSON); stores the recommendation once the grid is done."""
+    from tuner.playbook.sweep_lr import render_lines
+    from tuner.playbook.sweep_phase import record_result, sweep_result
+
+    started, snapshot = outcome.started, outcome.snapshot
+    assert started.plan is not None
+    stored = started.plan.stored
+    result = sweep_result(started.study, stored)
+    finished = not (snapshot.counts.to_start(snapshot.settings) or snapshot.counts.running)
+    record_result(started.study, result, finished)
+    assert stored.fit is not None
+    if as_json:
+        payload = {"phase": "sweep-lr", "finished": finished, **result.to_json()}
+        typer.echo(json.dumps(payload, indent=2, sort_keys=True))
+        out.quiet = True  # stdout holds the JSON alone; the summary's lines are in it
+        return
+    for line in render_lines(result, stored.fit.metric, stored.fit.threshold, stored.trial_steps):
+        out.print(line, markup=False, highlight=False)
+    if finished and result.recommended_max_train_steps is not None:
+        out.print(
+            f"stored       max_train_steps = {result.recommended_max_train_steps} for this study: later "
+            "phases use it while the study file leaves training.max_train_steps out (a value in the "
+            "file wins)",
+            markup=False,
+        )
+
+
+@guarded
+def sweep_lr(
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    extend: bool = typer.Option(
+        False, "--extend", help="Add the grid points beyond the edge the fastest LR sits on, and run them."
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
+    ),
+    output_dir: Path = typer.Option(
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
+    ),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
+    ),
+    max_failed: int | None = typer.Option(
+        None, "--max-failed", metavar="N", help="Failure budget (crashes; divergence is not a failure)."
+    ),
+    max_retries: int | None = typer.Option(
+        None, "--max-retries", metavar="N", help="Retries of a crashed trial."
+    ),
+    trial_timeout_s: float | None = typer.Option(
+        None, "--trial-timeout", metavar="SECONDS", help="Seconds before a trial is killed."
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's, or SQLite).",
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table and verdicts as JSON."),
+) -> None:
+    """Train each grid LR at a constant schedule until it fits the training set; re-run to continue."""
+    from tuner.cli._phase_run import PhaseRequest, run_phase
+
+    run_phase(
+        PhaseRequest(
+            path=path,
+            phase="sweep-lr",
+            set_=set_,
+            output_dir=output_dir,
+            workers=workers,
+            devices=devices,
+            storage=storage,
+            progress=progress,
+            extend=extend,
+            budget={"max_failed": max_failed, "max_retries": max_retries, "trial_timeout_s": trial_timeout_s},
+        ),
+        before_summary=lambda outcome: show_result(outcome, as_json),
+    )
