@@ -75,7 +75,7 @@ def sweep_lr(
         None,
         "--storage",
         metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's, or SQLite).",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and verdicts as JSON."),
