@@ -132,7 +132,6 @@ def estimate(
     """Estimate each phase's cost and days from measured trials, else a timed probe."""
     from tuner.cli.run_round_cmd import parse_devices
     from tuner.orchestrate import resolve_storage_url
-    from tuner.orchestrate.pool import check_devices
     from tuner.playbook.estimate import estimate as compute
     from tuner.spec import load_study
     from tuner.workloads import check_study
@@ -140,8 +139,6 @@ def estimate(
     loaded = load_study(path, set_)
     check_study(loaded)
     gpus = parse_devices(devices)
-    if gpus:
-        check_devices(gpus)
     url = storage or resolve_storage_url(loaded.spec.storage, output_dir, loaded.spec.name)
 
     def announce(text: str) -> None:

@@ -470,7 +470,16 @@ def estimate(
     """Per phase: trials, length, seconds per step (measured, else probed), parallel trials,
     cost and days. Reads the storage only if it exists; probes only if a phase needs it
     (``announce`` hears what the probe does before it starts: it may take a while)."""
+    from tuner.orchestrate.pool import check_devices
+
+    if probe_steps < MIN_PROBE_STEPS:
+        raise UsageError(f"--probe-steps must be at least {MIN_PROBE_STEPS}, got {probe_steps}")
     spec = loaded.spec
+    # the widest phase decides the workers the probe is timed with (run-round starts them all)
+    budget = max(p.trials for p in planned_phases(spec))
+    widest = plan_workers(workers=workers, devices=devices, max_parallel=None, budget=budget)
+    if devices:
+        check_devices(devices)  # before anything is read or timed
     storage = open_existing_storage(storage_url)
     length_source: LengthSource | None = None
     if spec.training.max_train_steps is not None:
@@ -479,12 +488,6 @@ def estimate(
         spec = with_max_train_steps(spec, recommended)
         length_source = LengthSource.SWEEP_LR
     lengths = planned_phases(spec)
-    if probe_steps < MIN_PROBE_STEPS:
-        raise UsageError(f"--probe-steps must be at least {MIN_PROBE_STEPS}, got {probe_steps}")
-    # the widest phase decides the worker set the probe is timed with (run-round starts them all)
-    widest = plan_workers(
-        workers=workers, devices=devices, max_parallel=None, budget=max(p.trials for p in lengths)
-    )
     measured = {p.phase: measured_cost(storage, spec.name, p.phase) for p in lengths}
     probe: StepCost | None = None
     if any(p.steps is not None and measured[p.phase] is None for p in lengths):
@@ -499,8 +502,10 @@ def estimate(
         chosen = plan_workers(
             workers=workers, devices=devices, max_parallel=length.parallel_cap, budget=length.trials
         )
+        # the round's `parallel` caps trials at once over all workers, whatever their number
+        parallel = min(len(chosen.labels), length.parallel_cap or length.trials, length.trials)
         cost = None if length.steps is None else (measured[length.phase] or probe)
-        phases.append(PhaseEstimate(length, len(chosen.labels), cost, spec.training.eval_every))
+        phases.append(PhaseEstimate(length, parallel, cost, spec.training.eval_every))
     result = Estimate(spec.name, spec.training.max_train_steps, length_source, widest, phases)
     result.notes.extend(_assumptions(result, probe))
     return result
