@@ -16,7 +16,15 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from tuner.cli import init_cmd, run_round_cmd, sweep_lr_cmd, train_cmd, validate_cmd, worker_cmd
+from tuner.cli import (
+    estimate_cmd,
+    init_cmd,
+    run_round_cmd,
+    sweep_lr_cmd,
+    train_cmd,
+    validate_cmd,
+    worker_cmd,
+)
 
 
 class TunerCommand(TyperCommand):
@@ -96,6 +104,9 @@ app.command("run-round", cls=TunerCommand, short_help="Run a tuning round on eve
     run_round_cmd.run_round
 )
 app.command("worker", cls=TunerCommand, short_help="Join a running phase from here.")(worker_cmd.worker)
+app.command("estimate", cls=TunerCommand, short_help="Estimate the search's cost and days.")(
+    estimate_cmd.estimate
+)
 
 
 def main() -> None:

@@ -1,0 +1,154 @@
+"""``tuner estimate STUDY``: what the search will cost, per phase and in total, before it runs.
+
+The figures come from ``tuner.playbook.estimate``; this module only prints them (a table, or
+``--json`` with the keys the README documents).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tuner.cli._console import err, out
+from tuner.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from tuner.playbook.estimate import Estimate, PhaseEstimate
+
+
+def _number(value: float) -> str:
+    """3 significant digits, never scientific notation for the sizes a search has."""
+    if value == 0:
+        return "0"
+    if value >= 100:
+        return f"{value:,.0f}"
+    digits = max(0, 2 - int(f"{value:e}".split("e")[1]))
+    return f"{value:.{min(digits, 8)}f}"
+
+
+def duration(seconds: float) -> str:
+    """``4.2 s``, ``42 s``, ``3.5 min``, ``7.2 h``, ``3.1 days``: hours and days people can read."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _source(phase: PhaseEstimate) -> str:
+    cost = phase.cost
+    if cost is None:
+        return ""
+    return f"{cost.trials} trials" if cost.source.value == "measured" else "probe"
+
+
+def table_lines(result: Estimate) -> list[str]:
+    """One row per phase: the formulas' inputs, then their results (JSON has them unrounded)."""
+    unit = "GPU-h" if result.workers.device == "cuda" else "CPU-h"
+    row = "{:<9}{:>7}{:>8}{:>10}{:>10}{:>5}{:>9}{:>10}  {}"
+    lines = [row.format("phase", "trials", "steps", "s/step", "trial", "par", unit, "wall", "source")]
+    for phase in result.phases:
+        length = phase.length
+        steps = "?" if length.steps is None else f"{'<=' if length.upper_bound else ''}{length.steps}"
+        if not phase.known:
+            lines.append(f"{phase.phase:<9}{length.trials:>7}{steps:>8}  {length.unknown}")
+            continue
+        assert phase.cost is not None
+        lines.append(
+            row.format(
+                phase.phase,
+                length.trials,
+                steps,
+                _number(phase.cost.seconds_per_step(phase.eval_every)),
+                duration((phase.hours_per_trial or 0.0) * 3600),
+                phase.parallel,
+                _number(phase.cost_hours or 0.0),
+                duration((phase.days or 0.0) * 86400),
+                _source(phase),
+            ).rstrip()
+        )
+    total = row.format(
+        "total",
+        result.total_trials,
+        "",
+        "",
+        "",
+        "",
+        _number(result.total_cost_hours),
+        duration(result.total_days * 86400),
+        "" if result.complete else "(known phases)",
+    )
+    lines.append(total.rstrip())
+    return lines
+
+
+def report_lines(result: Estimate) -> list[str]:
+    length = (
+        f"max_train_steps {result.max_train_steps} ({result.max_train_steps_source.value})"
+        if result.max_train_steps_source is not None
+        else "max_train_steps unknown until tuner sweep-lr"
+    )
+    lines = [f"estimate for {result.study}: {length}", *table_lines(result)]
+    sources = sorted({p.cost.detail for p in result.phases if p.cost is not None})
+    if sources:
+        lines.append("s/step from: " + "; ".join(sources))
+    lines.append("assumes: " + "; ".join(result.notes))
+    return lines
+
+
+@guarded
+def estimate(
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
+    ),
+    output_dir: Path = typer.Option(
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", metavar="N", help="CPU workers (default: as run-round would start)."
+    ),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
+    ),
+    probe_steps: int = typer.Option(
+        30, "--probe-steps", metavar="N", help="Steps the probe times when a phase has not run."
+    ),
+) -> None:
+    """Estimate each phase's cost and days from measured trials, else a timed probe."""
+    from tuner.cli.run_round_cmd import parse_devices
+    from tuner.orchestrate import resolve_storage_url
+    from tuner.playbook.estimate import estimate as compute
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
+    loaded = load_study(path, set_)
+    check_study(loaded)
+    gpus = parse_devices(devices)
+    url = storage or resolve_storage_url(loaded.spec.storage, output_dir, loaded.spec.name)
+
+    def announce(text: str) -> None:
+        err.print(text, markup=False)
+
+    result = compute(
+        loaded, storage_url=url, workers=workers, devices=gpus, probe_steps=probe_steps, announce=announce
+    )
+    if as_json:
+        out.print(json.dumps(result.as_json(), indent=2), markup=False)
+        return
+    for line in report_lines(result):
+        out.print(line, markup=False)
