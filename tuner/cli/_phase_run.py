@@ -104,7 +104,9 @@ def run_phase(
     gpus = parse_devices(request.devices)
     number = round_number(request.phase)
     round_spec = spec.rounds.get(number) if number is not None else None
-    budget = request.budget.get("max_trials") or (round_spec.trials if number == 1 and round_spec else None)
+    budget = request.budget.get("max_trials") or (
+        round_spec.trial_budget if number == 1 and round_spec else None
+    )
     chosen = local_workers(
         workers=request.workers,
         devices=gpus,

@@ -67,9 +67,9 @@ def summary_lines(spec: StudySpec) -> list[str]:
         length = f"of {round_steps(spec, r1, 1)} steps "
     except TunerError:
         length = "(length unknown until max_train_steps is set) "
-    budget = PhaseSettings.build(r1.trials, max_failed=r1.max_failed)
+    budget = PhaseSettings.build(r1.trial_budget, max_failed=r1.max_failed)
     lines.append(
-        f"rounds       round 1: {r1.trials} trials {length}({r1.sampler}), "
+        f"rounds       round 1: {r1.trial_budget} trials {length}({r1.sampler}), "
         f"failure budget {budget.max_failed}, max {r1.max_retries} retries; "
         f"round 2: top {r2.top_k} x {r2.seeds} seeds"
     )

@@ -255,7 +255,7 @@ def planned_phases(spec: StudySpec) -> list[PhaseLength]:
         round_spec = spec.rounds.get(number)
         assert round_spec is not None
         trials = (
-            round_spec.trials
+            round_spec.trial_budget
             if number == 1
             else round_spec.top_k * round_spec.seeds * len(round_spec.lr_multipliers)
         )

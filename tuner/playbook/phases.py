@@ -67,7 +67,7 @@ class PhasePlan:
         """Trials of the phase: its fixed points, else the round's ``trials``."""
         if self.stored.slots:
             return len(self.stored.slots)
-        return self.round_spec.trials if self.round_spec is not None else 1
+        return self.round_spec.trial_budget if self.round_spec is not None else 1
 
     def settings(self, **overrides: Any) -> PhaseSettings:
         """The budgets: the study's ``rounds`` entry, with command-line overrides on top."""

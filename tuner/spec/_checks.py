@@ -75,7 +75,7 @@ def check_rounds(loaded: Any) -> None:
     for number in rounds.numbers:
         spec = rounds.get(number)
         here = ("rounds", f"round{number}")
-        if number >= 2 and "trials" in spec.model_fields_set:
+        if number >= 2 and spec.trials is not None:
             raise loaded.error(
                 (*here, "trials"),
                 f"round {number} trains round {number - 1}'s best points, so its trial count is "

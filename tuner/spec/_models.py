@@ -191,11 +191,16 @@ class SweepLrSpec(_Model):
         return grid
 
 
+DEFAULT_ROUND1_TRIALS = 20
+
+
 class RoundSpec(_Model):
     """One tuning round. Round 1 searches (``trials`` points from ``sampler``); round N >= 2 trains
     the previous round's ``top_k`` points ``seeds`` times at each of ``lr_multipliers``."""
 
-    trials: PositiveInt = 20  # round 1 only: later rounds have top_k x seeds x lr_multipliers
+    trials: PositiveInt | None = (
+        None  # round 1 only (default 20): later rounds have top_k x seeds x lr_multipliers
+    )
     steps: PositiveInt | None = None
     length_fraction: Fraction | None = None
     sampler: Literal["quasi-random", "random", "tpe"] = "quasi-random"
@@ -209,6 +214,11 @@ class RoundSpec(_Model):
     seeds: PositiveInt = 1
     lr_multipliers: list[PositiveFloat] = Field(default_factory=lambda: [1.0], min_length=1)
     proxy_fraction: Annotated[float, Field(ge=0, le=0.5)] = 0.0  # round 1 only
+
+    @property
+    def trial_budget(self) -> int:
+        """Round 1's number of trials (``trials``, default 20)."""
+        return self.trials if self.trials is not None else DEFAULT_ROUND1_TRIALS
 
 
 ROUND_KEY = re.compile(r"^round([1-9][0-9]?)$")

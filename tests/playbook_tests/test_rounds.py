@@ -1,0 +1,192 @@
+"""Stored plans, round 2 from round 1's results, and the study-file check against a plan."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, toy_study, tuner_env
+from tuner.errors import UsageError
+from tuner.orchestrate import open_storage
+from tuner.playbook import start_round
+from tuner.playbook.plan import load_plan
+from tuner.spec import load_study
+
+
+def _add(
+    study: Any, slot: int, value: float | None, *, lr: float, state: str = "COMPLETE", **attrs: Any
+) -> None:
+    """A finished round-1 trial, as a worker would have recorded it."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    study.add_trial(
+        create_trial(
+            state=TrialState[state],
+            value=value,
+            params={"optimizer.lr": lr},
+            distributions={"optimizer.lr": FloatDistribution(0.01, 1.0, log=True)},
+            user_attrs={"slot": slot, "attempt": 0, "best_step": 30, "max_train_steps": 40, **attrs},
+            intermediate_values={10: 0.0} if state == "FAIL" else {10: value},
+        )
+    )
+
+
+def _round1_with_results(tmp_path: Path, output_dir: Path, **study: Any) -> tuple[Path, Any]:
+    path = toy_study(tmp_path, **study)
+    started = start_round(load_study(path), "round-1", output_dir)
+    phase = started.study
+    _add(phase, 0, 0.30, lr=0.02)
+    _add(phase, 1, 0.10, lr=0.05)
+    _add(phase, 2, 0.20, lr=0.30)
+    # a diverged trial: FAIL, however good its last eval looked; never picked
+    _add(phase, 3, None, lr=0.9, state="FAIL", failure_reason="diverged")
+    _add(phase, 4, 0.25, lr=0.01)
+    return path, phase
+
+
+def test_round1_stores_its_plan_and_refuses_a_changed_file_naming_the_fields(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    path = toy_study(tmp_path)
+    started = start_round(load_study(path), "round-1", output_dir)
+    stored = load_plan(started.study.user_attrs)
+    assert stored is not None
+    assert (stored.phase, stored.trial_steps, stored.sampler) == ("round-1", 40, "quasi-random")
+    assert stored.config["training"]["batch_size"] == 16
+    # a larger budget is not a different configuration
+    start_round(load_study(path, ["rounds.round1.trials=8"]), "round-1", output_dir)
+    with pytest.raises(UsageError) as caught:
+        start_round(load_study(path, ["rounds.round1.steps=20", "batch_size=8"]), "round-1", output_dir)
+    message = str(caught.value)
+    assert "rounds.round1.steps (40 -> 20)" in message
+    assert "training.batch_size (16 -> 8)" in message
+
+
+def test_round2_trains_exactly_round1s_top_k_never_a_diverged_trial(tmp_path: Path, output_dir: Path) -> None:
+    path, _ = _round1_with_results(tmp_path, output_dir)
+    overrides = ["rounds.round2.top_k=2", "rounds.round2.seeds=2", "rounds.round2.lr_multipliers=[0.5, 1.0]"]
+    started = start_round(load_study(path, overrides), "round-2", output_dir)
+    stored = load_plan(started.study.user_attrs)
+    assert stored is not None and started.settings is not None
+    assert started.settings.max_trials == 8 == len(stored.slots)  # 2 points x 2 multipliers x 2 seeds
+    assert [s.attrs["source_trial"] for s in stored.slots] == [1] * 4 + [2] * 4
+    assert [s.attrs["source_value"] for s in stored.slots[::4]] == [0.10, 0.20]
+    assert [s.attrs["seed_index"] for s in stored.slots[:4]] == [0, 1, 0, 1]
+    assert [s.attrs["lr_multiplier"] for s in stored.slots[:4]] == [0.5, 0.5, 1.0, 1.0]
+    assert [s.values["optimizer.lr"] for s in stored.slots[:4]] == [0.025, 0.025, 0.05, 0.05]
+    assert [s.sets for s in stored.slots[:2]] == [{}, {"seed_index": 1}]
+    assert stored.trial_steps == 40  # the production length (the file's max_train_steps)
+    assert stored.source_phase == "round-1"
+
+
+def test_round2_widens_a_range_an_lr_multiplier_leaves(tmp_path: Path, output_dir: Path) -> None:
+    path, _ = _round1_with_results(tmp_path, output_dir)
+    overrides = ["rounds.round2.top_k=1", "rounds.round2.lr_multipliers=[0.05]"]
+    stored = load_plan(start_round(load_study(path, overrides), "round-2", output_dir).study.user_attrs)
+    assert stored is not None
+    assert math.isclose(stored.slots[0].values["optimizer.lr"], 0.0025)
+    assert stored.space["optimizer.lr"]["low"] == pytest.approx(0.0025)  # Optuna refuses a value outside
+
+
+def test_round2_before_round1_has_top_k_completed_trials(tmp_path: Path, output_dir: Path) -> None:
+    path, _ = _round1_with_results(tmp_path, output_dir)
+    with pytest.raises(UsageError) as caught:
+        start_round(load_study(path, ["rounds.round2.top_k=5"]), "round-2", output_dir)
+    assert str(caught.value) == (
+        "round 2 trains round-1's 5 best completed trials, but round-1 has only 4 completed "
+        "(0 failed, 1 diverged, 0 running or waiting); finish round-1 (tuner run-round STUDY --round 1) "
+        "or lower rounds.round2.top_k"
+    )
+
+
+def test_round2_extends_round1s_schedule_the_playbook_way(tmp_path: Path, output_dir: Path) -> None:
+    schedule = [
+        {"shape": "linear", "steps": 5, "start": 0.0, "end": 1.0},
+        {"shape": "constant"},
+        {"shape": "linear", "steps": 10, "start": 1.0, "end": 0.0},
+    ]
+    path, _ = _round1_with_results(tmp_path, output_dir, schedule=schedule, max_train_steps=200)
+    stored = load_plan(start_round(load_study(path), "round-2", output_dir).study.user_attrs)
+    assert stored is not None
+    # round 1 ran 40 steps: warmup 5, constant 25, decay 10; at 200 the constant grows to 185
+    assert [(s["shape"], s["steps"]) for s in stored.schedule] == [
+        ("linear", 5),
+        ("constant", 185),
+        ("linear", 10),
+    ]
+    assert any("constant phase grown from 25 to 185 steps" in note for note in stored.notes)
+
+
+def test_round2_refuses_a_training_change_since_round1(tmp_path: Path, output_dir: Path) -> None:
+    path, _ = _round1_with_results(tmp_path, output_dir)
+    with pytest.raises(UsageError, match=r"training.optimizer.name \("):
+        start_round(load_study(path, ["optimizer.name=adam"]), "round-2", output_dir)
+    # round 2's own settings are not round 1's configuration
+    start_round(load_study(path, ["rounds.round2.top_k=1"]), "round-2", output_dir)
+
+
+@pytest.mark.postgres
+def test_a_worker_elsewhere_runs_round2_from_the_stored_plan_alone(
+    tmp_path: Path, postgres_url: str, unique_name: str
+) -> None:
+    """Round 2's points live in its plan: a worker on "another machine" (another folder) serves it
+    even once round 1's results are gone from the storage."""
+    here, there = tmp_path / "a", tmp_path / "b"
+    path = toy_study(here, name=unique_name, round1={"trials": 3, "steps": 20})
+    env = tuner_env(TUNER_STORAGE=postgres_url)
+    try:
+        done = run_tuner("run-round", str(path), "--round", "1", "--output-dir", str(here / "runs"), env=env)
+        assert done.returncode == 0, done.stderr
+        storage = open_storage(postgres_url)
+        round1 = optuna.load_study(study_name=f"{unique_name}/round-1", storage=storage)
+        best = min((t for t in round1.trials if t.value is not None), key=lambda t: t.value)
+        start_round(
+            load_study(path, ["rounds.round2.top_k=1"]), "round-2", here / "runs", storage_url=postgres_url
+        )
+        optuna.delete_study(study_name=f"{unique_name}/round-1", storage=storage)
+
+        elsewhere = toy_study(there, name=unique_name, round1={"trials": 3, "steps": 20})
+        worker = run_tuner(
+            "worker", str(elsewhere), "--phase", "round-2", "--set", "rounds.round2.top_k=1",
+            "--output-dir", str(there / "runs"), env=env,
+        )  # fmt: skip
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        trials = optuna.load_study(study_name=f"{unique_name}/round-2", storage=storage).trials
+        assert [t.state.name for t in trials] == ["COMPLETE"]
+        assert trials[0].params == best.params
+        assert trials[0].user_attrs["source_trial"] == best.user_attrs["slot"]
+        assert trials[0].user_attrs["max_train_steps"] == 40
+        assert Path(trials[0].user_attrs["run_dir"]).is_relative_to(there)
+    finally:
+        for phase in ("round-1", "round-2"):
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=f"{unique_name}/{phase}", storage=postgres_url)
+
+
+def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_path: Path) -> None:
+    path = toy_study(tmp_path, round1={"trials": 3, "steps": 20})
+    output = tmp_path / "runs"
+    first = run_tuner("run-round", str(path), "--round", "1", "--output-dir", str(output), "--no-progress")
+    assert first.returncode == 0, first.stderr
+    overrides = ["--set", "rounds.round2.top_k=2", "--set", "rounds.round2.seeds=2"]
+    second = run_tuner(
+        "run-round", str(path), "--round", "2", *overrides, "--output-dir", str(output), "--no-progress"
+    )
+    assert second.returncode == 0, second.stderr
+    assert "round-2: 4 trials of 40 steps (planned points)" in second.stderr
+    assert "round-1's top 2 by val/error_rate" in second.stderr
+    storage = open_storage(sqlite_url(output))
+    trials = optuna.load_study(study_name="toy/round-2", storage=storage).trials
+    assert sorted((t.user_attrs["source_rank"], t.user_attrs["seed_index"]) for t in trials) == [
+        (1, 0), (1, 1), (2, 0), (2, 1)
+    ]  # fmt: skip
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    assert all(
+        "--set seed_index=1" in t.user_attrs["reproduce"] for t in trials if t.user_attrs["seed_index"]
+    )
