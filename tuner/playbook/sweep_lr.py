@@ -603,18 +603,19 @@ def analyze_sweep(
         )
         lows, highs = rows[0].lr, rows[-1].lr
         full_grid = [row.lr for row in rows]
-        for edge, edge_lr, word, beyond in (
+        edges: tuple[tuple[Literal["low", "high"], float, str, str], ...] = (
             ("low", lows, "smallest", "smaller"),
             ("high", highs, "largest", "larger"),
-        ):
+        )
+        for edge, edge_lr, word, beyond in edges:
             if any(row.lr == edge_lr for row in tied) and len(rows) >= 2:
-                new_points = extend_grid(full_grid, edge, 2)  # type: ignore[arg-type]
+                new_points = extend_grid(full_grid, edge, 2)
                 among = (
                     "" if len(tied) == 1 else f" (tied with lr {_lrs(r.lr for r in tied if r.lr != edge_lr)})"
                 )
                 verdicts.append(
                     FastestAtEdge(
-                        edge=edge,  # type: ignore[arg-type]
+                        edge=edge,
                         lr=edge_lr,
                         new_points=new_points,
                         extended_grid=sorted(full_grid + new_points),
