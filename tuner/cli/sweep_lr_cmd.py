@@ -24,7 +24,7 @@ def show_result(outcome: PhaseOutcome, as_json: bool) -> None:
     started, snapshot = outcome.started, outcome.snapshot
     assert started.plan is not None
     stored = started.plan.stored
-    result = sweep_result(started.study, stored)
+    result = sweep_result(started.study, stored, study_ref=str(started.loaded.path))
     finished = not (snapshot.counts.to_start(snapshot.settings) or snapshot.counts.running)
     record_result(started.study, result, finished)
     assert stored.fit is not None

@@ -109,19 +109,23 @@ def sweep_trials(phase_study: Any) -> list[Any]:
     return [t for t in found if t is not None]
 
 
-def sweep_result(phase_study: Any, stored: StoredPlan) -> SweepResult:
+def sweep_result(phase_study: Any, stored: StoredPlan, study_ref: str = "STUDY") -> SweepResult:
+    """The table and verdicts of the phase's trials so far (``study_ref``: the file, for hints)."""
     from tuner.playbook.sweep_lr import analyze_sweep
 
-    spec_config = stored.config
     assert stored.fit is not None
     grid = sorted({slot.values[LR_PARAM] for slot in stored.slots})
+    seeds = 1 + max((slot.attrs.get("seed_index", 0) for slot in stored.slots), default=0)
     return analyze_sweep(
         sweep_trials(phase_study),
         grid=grid,
         max_steps=stored.trial_steps,
-        eval_every=int(spec_config["training"]["eval_every"]),
+        eval_every=int(stored.config["training"]["eval_every"]),
         fit_metric=stored.fit.metric,
         fit_threshold=stored.fit.threshold,
+        seeds=seeds,
+        direction=stored.fit.direction,
+        study_ref=study_ref,
     )
 
 
@@ -145,7 +149,7 @@ def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -
             "(see the verdict of tuner sweep-lr)"
         )
     have = {slot.values[LR_PARAM] for slot in stored.slots}
-    new = [lr for lr in edges[0].extended_grid if lr not in have]
+    new = [lr for lr in edges[0].new_points if lr not in have]
     if not new:
         return stored
     grid = sorted(have | set(new))
