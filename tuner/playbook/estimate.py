@@ -215,23 +215,25 @@ def search_days(trials: int, parallel: int, hours_per_trial: float) -> float:
 # -- what the study will run ------------------------------------------------------------------
 
 
-def default_grid(lr: float) -> list[float]:
-    """Stand-in for ``tuner.playbook.sweep_lr.default_grid`` (helper SV): half-decades around
-    ``lr``, 5 points. Only its length matters here; the lead swaps in SV's function."""
-    return [lr * 10 ** (k / 2) for k in range(-2, 3)]
-
-
 def with_max_train_steps(spec: StudySpec, steps: int) -> StudySpec:
     training = spec.training.model_copy(update={"max_train_steps": steps})
     return spec.model_copy(update={"training": training})
 
 
-def _round_steps(spec: StudySpec, round_spec: RoundSpec, number: int) -> tuple[int | None, str | None]:
-    from tuner.playbook.phases import round_steps
+def _round_steps(
+    spec: StudySpec, round_spec: RoundSpec, number: int, previous: int | None
+) -> tuple[int | None, str | None]:
+    """A round's trial length as ``run-round`` will choose it (round 1, then each later round
+    from the one before), or why it is unknown yet."""
+    from tuner.playbook.later_rounds import round_length
+    from tuner.playbook.phases import ProductionLength, round_steps
 
-    if round_spec.steps is None and spec.training.max_train_steps is None:
+    production = spec.training.max_train_steps
+    if round_spec.steps is None and production is None:
         return None, "unknown until tuner sweep-lr (or set training.max_train_steps)"
-    return round_steps(spec, round_spec, number), None
+    if number == 1 or previous is None:
+        return round_steps(spec, round_spec, number), None
+    return round_length(spec, number, previous, ProductionLength(production, "")), None
 
 
 def planned_phases(spec: StudySpec) -> list[PhaseLength]:
@@ -241,16 +243,20 @@ def planned_phases(spec: StudySpec) -> list[PhaseLength]:
     None leaves the phases whose length depends on it unknown, never an error.
     """
     sweep = spec.sweep_lr
+    from tuner.playbook.sweep_lr import default_grid
+
     grid = sweep.grid if sweep.grid is not None else default_grid(spec.training.optimizer.lr)
+    cap = sweep.max_steps or spec.training.max_train_steps  # as sweep-lr chooses its cap
     phases = [
         PhaseLength(
             SWEEP_LR,
             len(grid) * sweep.seeds,
-            sweep.max_steps,
+            cap,
             upper_bound=True,
-            unknown=None if sweep.max_steps is not None else "unknown: set sweep_lr.max_steps",
+            unknown=None if cap is not None else "unknown: set sweep_lr.max_steps",
         )
     ]
+    previous: int | None = None
     for number in spec.rounds.numbers:
         round_spec = spec.rounds.get(number)
         assert round_spec is not None
@@ -259,7 +265,8 @@ def planned_phases(spec: StudySpec) -> list[PhaseLength]:
             if number == 1
             else round_spec.top_k * round_spec.seeds * len(round_spec.lr_multipliers)
         )
-        steps, unknown = _round_steps(spec, round_spec, number)
+        steps, unknown = _round_steps(spec, round_spec, number, previous)
+        previous = steps
         phases.append(PhaseLength(f"round-{number}", trials, steps, round_spec.parallel, unknown=unknown))
     return phases
 
@@ -307,11 +314,9 @@ def _load_phase(storage: Any, study: str, phase: str) -> Any:
 
 def recommended_max_train_steps(storage: Any, study: str) -> int | None:
     """sweep-lr's recommendation stored with its phase, if it has one."""
-    phase = _load_phase(storage, study, SWEEP_LR) if storage is not None else None
-    if phase is None:
-        return None
-    value = phase.user_attrs.get(RECOMMENDED_ATTR)
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+    from tuner.playbook.study_results import stored_recommendation
+
+    return stored_recommendation(storage, study) if storage is not None else None
 
 
 def _trial_steps(trial: Any, phase_steps: Any) -> int | None:

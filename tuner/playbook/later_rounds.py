@@ -18,17 +18,17 @@ from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_pl
 
 if TYPE_CHECKING:
     from tuner.playbook.phases import ProductionLength
-    from tuner.spec import LoadedStudy, RoundSpec
+    from tuner.spec import LoadedStudy, RoundSpec, StudySpec
 
 LR_PATH = ("training", "optimizer", "lr")
 
 
-def round_length(loaded: LoadedStudy, number: int, previous_steps: int, production: ProductionLength) -> int:
+def round_length(spec: StudySpec, number: int, previous_steps: int, production: ProductionLength) -> int:
     """Round ``number``'s trial length: ``steps`` / ``length_fraction`` if given; else the last
-    round runs at the production length and the ones between grow geometrically towards it."""
+    round runs at the production length and the ones between grow geometrically towards it
+    (the playbook's "more rounds with exponentially increasing lengths")."""
     from tuner.playbook.phases import round_steps
 
-    spec = loaded.spec
     round_spec = spec.rounds.get(number)
     assert round_spec is not None
     if round_spec.steps is not None or round_spec.length_fraction is not None:
@@ -171,7 +171,7 @@ def later_round_plan(
     direction = with_retries(lambda: previous.direction).name.lower()
     sources, unfinished_note = _top_trials(trials, direction, round_spec.top_k, number, source)
 
-    steps = round_length(loaded, number, previous_plan.trial_steps, production)
+    steps = round_length(spec, number, previous_plan.trial_steps, production)
     previous_schedule = build_schedule(
         [ScheduleSegment(**segment) for segment in previous_plan.schedule], previous_plan.trial_steps
     )
