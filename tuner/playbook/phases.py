@@ -41,6 +41,9 @@ class PhasePlan:
             "max_parallel": self.round_spec.parallel,
             "max_retries": self.round_spec.max_retries,
             "trial_timeout_s": self.round_spec.trial_timeout_s,
+            "timeout_h": self.round_spec.timeout_h,
+            "stop_after_no_improvement": self.round_spec.stop_after_no_improvement,
+            "config_key": f"rounds.{self.phase.replace('-', '')}",  # round-1 -> rounds.round1, for messages
         }
         chosen.update({key: value for key, value in overrides.items() if value is not None})
         max_trials = chosen.pop("max_trials")
