@@ -65,7 +65,9 @@ def headline(snapshot: PhaseSnapshot, phase: str, metric: str) -> str:
     why = f": {counts.failure_summary()}" if counts.failed else ""
     return (
         f"{phase}: {counts.finished}/{settings.max_trials} done · {counts.running} running · "
-        f"{counts.failed} failed{why} (limit {settings.max_failed}) · {best}"
+        f"{counts.failed} failed{why} (limit {settings.max_failed}) · "
+        + (f"{counts.diverged} diverged · " if counts.diverged else "")
+        + best
     )
 
 

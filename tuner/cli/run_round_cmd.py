@@ -137,34 +137,39 @@ SHOWN_LOGS = 3
 
 
 def failure_advice(snapshot: PhaseSnapshot) -> list[str]:
-    """What to read or change for the phase's final failures, one line per kind."""
+    """What to read or change for the phase's final failures (diverged trials are not failures)."""
     final = [t for t in snapshot.trials if t.state.name == "FAIL" and not t.user_attrs.get("retried")]
-    lines = []
     logged = [t for t in final if t.user_attrs.get("failure_reason", "crashed") in LOGGED_REASONS]
-    if logged:
-        paths = []
-        for trial in sorted(logged, key=lambda t: t.number):
-            run_dir = trial.user_attrs.get("run_dir")
-            log = Path(run_dir) / "error.log" if run_dir else None
-            paths.append(shown_path(log) if log is not None and log.exists() else trial_label(trial))
-        more = f" and {len(paths) - SHOWN_LOGS} more" if len(paths) > SHOWN_LOGS else ""
-        lines.append(f"read their error.log: {', '.join(paths[:SHOWN_LOGS])}{more}")
-    diverged = [t for t in final if t.user_attrs.get("failure_reason") == "diverged"]
-    if diverged:
-        names = ", ".join(trial_label(t) for t in diverged[:SHOWN_LOGS])
-        more = f" and {len(diverged) - SHOWN_LOGS} more" if len(diverged) > SHOWN_LOGS else ""
-        lines.append(
-            f"{plural(len(diverged), 'trial')} diverged (NaN/inf loss: {names}{more}): lower the learning "
-            "rate (or the top of its search range), add warmup, or clip gradients (grad_clip_norm)"
-        )
-    return lines
+    if not logged:
+        return []
+    paths = []
+    for trial in sorted(logged, key=lambda t: t.number):
+        run_dir = trial.user_attrs.get("run_dir")
+        log = Path(run_dir) / "error.log" if run_dir else None
+        paths.append(shown_path(log) if log is not None and log.exists() else trial_label(trial))
+    more = f" and {len(paths) - SHOWN_LOGS} more" if len(paths) > SHOWN_LOGS else ""
+    return [f"read their error.log: {', '.join(paths[:SHOWN_LOGS])}{more}"]
+
+
+def diverged_line(snapshot: PhaseSnapshot) -> str:
+    """``3 trials (NaN/inf loss; ...): trial 0, trial 2, trial 5``: information about the search
+    space (its learning rates reach too high), not a failure of the phase."""
+    failed = sorted((t for t in snapshot.trials if t.state.name == "FAIL"), key=lambda t: t.number)
+    diverged = [t for t in failed if t.user_attrs.get("failure_reason") == "diverged"]
+    names = ", ".join(trial_label(t) for t in diverged[:SHOWN_LOGS])
+    more = f" and {len(diverged) - SHOWN_LOGS} more" if len(diverged) > SHOWN_LOGS else ""
+    return (
+        f"{plural(len(diverged), 'trial')} (NaN/inf loss; not counted against the failure budget): "
+        f"{names}{more}"
+    )
 
 
 def summarize(
     snapshot: PhaseSnapshot, codes: dict[str, int], folder: Path, phase: str, metric: str, *, crashed: bool
 ) -> None:
     """Print the outcome; exit 70 if a worker crashed, 1 if the failure budget is spent, 130 if
-    the phase is unfinished."""
+    the phase is unfinished, 0 when it is done or a stopping budget (timeout_h,
+    stop_after_no_improvement) ended it: the reason is the workers' own rule, computed again."""
     counts, settings = snapshot.counts, snapshot.settings
     out.print(headline(snapshot, phase, metric))
     out.print(f"run folders  {shown_path(folder)}")
@@ -173,6 +178,14 @@ def summarize(
         step = best.user_attrs.get("best_step")
         out.print(f"best trial   {trial_name(best)}: {metric} = {best.value:.6g} at step {step}")
         out.print(f"reproduce    {best.user_attrs.get('reproduce')}")
+    if counts.diverged:
+        out.print(f"diverged     {diverged_line(snapshot)}", markup=False)
+        if best is None:
+            err.print(
+                f"  no trial reached a finite {metric}: lower the learning rate (or the top of its "
+                "search range), add warmup, or clip gradients (grad_clip_norm)",
+                markup=False,
+            )
     if counts.failed >= settings.max_failed:
         err.print(
             f"[red]stopped:[/] the failure budget is spent: {plural(counts.failed, 'trial')} failed "
@@ -181,6 +194,11 @@ def summarize(
         for line in failure_advice(snapshot):
             err.print(f"  {line}", markup=False)
         raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED)
+    decision = snapshot.decision(metric)
+    interrupted = EXIT_INTERRUPTED in codes.values()  # a Ctrl-C that came first is not a budget stop
+    if decision.action == "stopped" and not crashed and not interrupted:
+        out.print(decision.reason, markup=False)
+        return
     if counts.to_start(settings) or counts.running:
         err.print(
             f"{'unfinished' if crashed else 'interrupted'} at {counts.finished}/{settings.max_trials} "

@@ -3,14 +3,23 @@
 Counts are made from the storage (never from a worker's memory), so they hold across workers
 and machines. A failed trial that was retried is not a failure of the phase: only the last
 attempt of a slot counts.
+
+A diverged trial (NaN/inf loss) is information about the search space, not a failure of the
+machinery: it fills its slot, is never retried nor best, and spends none of the failure budget.
+
+Two budgets stop a phase before its trial budget is met, both read from the storage: a wall
+time (``timeout_h``, from the run window's start) and ``stop_after_no_improvement`` completed
+trials without a new best. They only stop *new* trials: running ones finish.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from tuner.orchestrate.phase import PhaseSettings
@@ -22,7 +31,8 @@ DUPLICATE_ATTR = "duplicate_of"  # a trial that lost a race for its slot (see cl
 @dataclass
 class PhaseCounts:
     completed: int = 0
-    failed: int = 0  # final failures: retried attempts excluded
+    failed: int = 0  # final failures: retried attempts and diverged trials excluded
+    diverged: int = 0  # FAIL trials whose loss went NaN/inf: finished, never against the failure budget
     running: int = 0
     waiting: int = 0
     unproven: int = 0  # running trials that have not finished a training step yet
@@ -31,10 +41,12 @@ class PhaseCounts:
     reasons: Counter[str] = field(default_factory=Counter)
     best_value: float | None = None
     best_number: int | None = None
+    best_slot: int | None = None
+    since_best: int = 0  # trials completed (finite value, by completion time) after the best one
 
     @property
     def finished(self) -> int:
-        return self.completed + self.failed
+        return self.completed + self.failed + self.diverged
 
     @property
     def failure_rate(self) -> float:
@@ -45,8 +57,25 @@ class PhaseCounts:
         return self.waiting + max(0, settings.max_trials - self.slots)
 
     def failure_summary(self) -> str:
-        """``2 crashed, 1 diverged``."""
+        """``2 crashed, 1 oom`` (diverged trials are not failures: see ``diverged``)."""
         return ", ".join(f"{count} {reason}" for reason, count in sorted(self.reasons.items()))
+
+
+def _better(value: float, than: float | None, direction: str) -> bool:
+    return than is None or (value < than if direction == "minimize" else value > than)
+
+
+def _since_best(finite: list[Any], direction: str) -> int:
+    """How many of the finite completed trials, in completion order, came after the last new best."""
+    best: float | None = None
+    since = 0
+    ordered = sorted(finite, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
+    for trial in ordered:
+        if _better(trial.value, best, direction):
+            best, since = trial.value, 0
+        else:
+            since += 1
+    return since
 
 
 def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCounts:
@@ -55,6 +84,7 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
 
     counts = PhaseCounts()
     slots: set[int] = set()
+    finite: list[Any] = []  # completed with a finite value: what "a new best" is judged on
     for trial in trials:
         if DUPLICATE_ATTR in trial.user_attrs:
             continue
@@ -62,21 +92,21 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
         if trial.state == TrialState.COMPLETE:
             counts.completed += 1
             value = trial.value
-            if (
-                value is not None
-                and math.isfinite(value)
-                and (
-                    counts.best_value is None
-                    or (value < counts.best_value if direction == "minimize" else value > counts.best_value)
-                )
-            ):
+            if value is None or not math.isfinite(value):
+                continue
+            finite.append(trial)
+            if _better(value, counts.best_value, direction):
                 counts.best_value, counts.best_number = value, trial.number
+                counts.best_slot = int(trial.user_attrs.get("slot", trial.number))
         elif trial.state == TrialState.PRUNED:
             counts.completed += 1
         elif trial.state == TrialState.FAIL:
-            if not trial.user_attrs.get("retried"):
+            reason = trial.user_attrs.get("failure_reason", "crashed")
+            if reason == "diverged":  # never retried
+                counts.diverged += 1
+            elif not trial.user_attrs.get("retried"):
                 counts.failed += 1
-                counts.reasons[trial.user_attrs.get("failure_reason", "crashed")] += 1
+                counts.reasons[reason] += 1
         elif trial.state == TrialState.RUNNING:
             counts.running += 1
             if not trial.user_attrs.get("healthy"):
@@ -84,23 +114,74 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
         elif trial.state == TrialState.WAITING:
             counts.waiting += 1
     counts.slots, counts.next_slot = len(slots), max(slots, default=-1) + 1
+    counts.since_best = _since_best(finite, direction)
     return counts
+
+
+class Action(StrEnum):
+    """What a worker does next (compares equal to the plain string)."""
+
+    START = "start"  # claim a trial
+    WAIT = "wait"  # poll again later
+    DONE = "done"  # the trial budget is met
+    FAILED = "failed"  # the failure budget is spent
+    STOPPED = "stopped"  # a stopping budget (timeout_h, stop_after_no_improvement) ended the phase early
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What a worker does next: ``start`` a trial, ``wait``, or stop (``done`` / ``failed``)."""
+    """What a worker does next, and why (see ``Action``)."""
 
-    action: str
+    action: Action
     reason: str = ""
 
 
-def decide(counts: PhaseCounts, settings: PhaseSettings) -> Decision:
+def early_stop(
+    counts: PhaseCounts,
+    settings: PhaseSettings,
+    *,
+    window_started_at: float | None = None,
+    now: float | None = None,
+    metric: str | None = None,
+) -> str | None:
+    """Why no more trials start although the trial budget is not met (None: they may).
+
+    ``window_started_at``: the run window's start (``phase.window_started_at``), ``now`` the wall
+    clock (default: now); ``metric`` names the objective in the message (default ``value``).
+    """
+    if settings.timeout_h is not None and window_started_at is not None:
+        elapsed_h = ((time.time() if now is None else now) - window_started_at) / 3600
+        if elapsed_h >= settings.timeout_h:
+            return (
+                f"stopped starting trials: the {settings.timeout_h:g} h wall-time budget "
+                f"({settings.key('timeout_h')}) ran out after {counts.finished} of "
+                f"{settings.max_trials} trials; run the same command again to continue"
+            )
+    patience = settings.stop_after_no_improvement
+    if patience is not None and counts.best_value is not None and counts.since_best >= patience:
+        return (
+            f"stopped starting trials: no new best in the last {counts.since_best} completed trials "
+            f"(best {metric or 'value'} {counts.best_value:.6g} from trial {counts.best_slot}; "
+            f"{settings.key('stop_after_no_improvement')}: {patience})"
+        )
+    return None
+
+
+def decide(
+    counts: PhaseCounts,
+    settings: PhaseSettings,
+    *,
+    window_started_at: float | None = None,
+    now: float | None = None,
+    metric: str | None = None,
+) -> Decision:
     """The budget rules, in order.
 
-    - Failure budget reached: stop the phase (exit code 1).
+    - Failure budget reached: stop the phase (exit code 1). Diverged trials do not count.
     - Nothing left to start (no retry waiting, every slot of the budget started): done if
       nothing runs either, else wait (a running trial may die and be retried).
+    - A stopping budget ran out (``early_stop``): no trial starts, not even a waiting retry;
+      once nothing runs, the phase is ``stopped`` (exit code 0: a budget did its job).
     - ``max_parallel`` trials running: wait.
     - A trial starts only if every running trial that has not yet proven itself (finished
       a training step) could fail without the phase overshooting its failure budget. Trials that
@@ -109,19 +190,28 @@ def decide(counts: PhaseCounts, settings: PhaseSettings) -> Decision:
     """
     if counts.failed >= settings.max_failed:
         return Decision(
-            "failed",
+            Action.FAILED,
             f"the failure budget is spent: {counts.failed} of {counts.finished} finished "
             f"{'trial' if counts.finished == 1 else 'trials'} failed "
             f"({counts.failure_summary()}); the limit is {settings.max_failed}",
         )
     if counts.to_start(settings) == 0:
-        return Decision("done") if counts.running == 0 else Decision("wait", "the last trials are running")
+        if counts.running == 0:
+            return Decision(Action.DONE)
+        return Decision(Action.WAIT, "the last trials are running")
+    stop = early_stop(counts, settings, window_started_at=window_started_at, now=now, metric=metric)
+    if stop is not None:
+        if counts.running == 0:
+            return Decision(Action.STOPPED, stop)
+        return Decision(Action.WAIT, f"no new trials ({stop.removeprefix('stopped starting trials: ')})")
     if settings.max_parallel is not None and counts.running >= settings.max_parallel:
         return Decision(
-            "wait",
+            Action.WAIT,
             f"{counts.running} {'trial' if counts.running == 1 else 'trials'} running "
             f"(max_parallel {settings.max_parallel})",
         )
     if counts.failed + counts.unproven + 1 > settings.max_failed:
-        return Decision("wait", "waiting for running trials to prove healthy before spending failure budget")
-    return Decision("start")
+        return Decision(
+            Action.WAIT, "waiting for running trials to prove healthy before spending failure budget"
+        )
+    return Decision(Action.START)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import DUPLICATE_ATTR, Decision, count_trials, decide
+from tuner.orchestrate.budget import DUPLICATE_ATTR, Action, Decision, count_trials, decide
 from tuner.orchestrate.failures import counted, enqueue_missing_retries
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
@@ -56,21 +56,24 @@ class Claimer:
         self.storage, self.study, self.new_slot = storage, study, new_slot
         self.direction = with_retries(lambda: study.direction).name.lower()
 
-    def claim(self, settings: PhaseSettings) -> Claimed | Decision:
-        """A claimed trial, or why none was (wait, done, failed)."""
+    def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
+        """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
+        the phase's run window (``phase.window_started_at``), for ``timeout_h``."""
         token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
         for _ in range(RECONCILE_ATTEMPTS):
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
-            result = with_retries(self._claim_once, settings, token, lost)
+            result = with_retries(self._claim_once, settings, window_started_at, token, lost)
             if not lost or not isinstance(result, Claimed):
                 return result
             if not yield_duplicates(self.storage, self.study, [result.trial.number]):
                 return result
             # ours was the duplicate: it is failed and counts for nothing; claim again
             token = uuid.uuid4().hex
-        return Decision("wait", "the phase lock keeps being lost (the storage connection drops)")
+        return Decision(Action.WAIT, "the phase lock keeps being lost (the storage connection drops)")
 
-    def _claim_once(self, settings: PhaseSettings, token: str, lost: LostLocks) -> Claimed | Decision:
+    def _claim_once(
+        self, settings: PhaseSettings, window_started_at: float | None, token: str, lost: LostLocks
+    ) -> Claimed | Decision:
         with lost.watch(phase_lock(self.storage, self.study.study_name)):
             trials = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
@@ -78,7 +81,7 @@ class Claimer:
                 return self._resume(mine[0])
             if enqueue_missing_retries(self.storage, self.study, trials):  # a crash lost them
                 trials = self.study.get_trials(deepcopy=False)
-            return self._claim_new(counted(trials), settings, token)
+            return self._claim_new(counted(trials), settings, window_started_at, token)
 
     def _resume(self, trial: Any) -> Claimed | Decision:
         from optuna.trial import TrialState
@@ -86,14 +89,16 @@ class Claimer:
         trial_id = adapter.trial_id(self.storage, self.study, trial.number)
         if trial.state == TrialState.RUNNING or self._start(trial_id):
             return Claimed(trial_id, self.storage.get_trial(trial_id))
-        return Decision("wait", "another worker took the trial")
+        return Decision(Action.WAIT, "another worker took the trial")
 
-    def _claim_new(self, trials: list[Any], settings: PhaseSettings, token: str) -> Claimed | Decision:
+    def _claim_new(
+        self, trials: list[Any], settings: PhaseSettings, window_started_at: float | None, token: str
+    ) -> Claimed | Decision:
         from optuna.trial import TrialState, create_trial
 
         counts = count_trials(trials, self.direction)
-        decision = decide(counts, settings)
-        if decision.action != "start":
+        decision = decide(counts, settings, window_started_at=window_started_at)
+        if decision.action != Action.START:
             return decision
         waiting = sorted(
             (t for t in trials if t.state == TrialState.WAITING),
@@ -105,7 +110,7 @@ class Claimer:
             if self._start(trial_id):
                 return Claimed(trial_id, self.storage.get_trial(trial_id))
         if counts.slots >= settings.max_trials:
-            return Decision("wait", "another worker took the last waiting trial")
+            return Decision(Action.WAIT, "another worker took the last waiting trial")
         slot = self.new_slot(counts.next_slot)
         template = create_trial(
             state=TrialState.WAITING,

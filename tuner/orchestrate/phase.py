@@ -6,11 +6,16 @@ workers (on however many machines) start them, and none is created past the budg
 a phase is therefore instant whatever its budget (enqueueing every trial up front cost ~12 ms a
 trial, during which no worker could start). A retry is a new trial for the same slot (same
 parameters, same run folder), so it never eats into the budget.
+
+Each command that (re)starts a phase opens a new *run window* (``WINDOW_ATTR``, a wall-clock
+time): ``timeout_h`` counts from it, so running the same command again continues a phase that
+ran out of time, while a ``tuner worker`` joining later shares the window it finds.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -19,6 +24,7 @@ from tuner.errors import UsageError
 from tuner.orchestrate.locks import phase_lock
 
 SETTINGS_ATTR = "tuner:settings"
+WINDOW_ATTR = "tuner:window_started_at"  # time.time() when a command last (re)started the phase
 DEFAULT_MAX_RETRIES = 1
 
 
@@ -31,6 +37,9 @@ class PhaseSettings:
     max_parallel: int | None = None
     max_retries: int = DEFAULT_MAX_RETRIES
     trial_timeout_s: float | None = None
+    timeout_h: float | None = None  # wall time, from the run window's start, after which no trial starts
+    stop_after_no_improvement: int | None = None  # completed trials without a new best, then no more start
+    config_key: str | None = None  # where the budgets are set (``rounds.round1``): named in messages
 
     @classmethod
     def build(
@@ -41,6 +50,9 @@ class PhaseSettings:
         max_parallel: int | None = None,
         max_retries: int | None = None,
         trial_timeout_s: float | None = None,
+        timeout_h: float | None = None,
+        stop_after_no_improvement: int | None = None,
+        config_key: str | None = None,
     ) -> PhaseSettings:
         """Defaults: a failure budget of a third of the trials (at least one), one retry."""
         if max_trials < 1:
@@ -51,17 +63,36 @@ class PhaseSettings:
             raise UsageError(f"max parallel trials must be at least 1, got {max_parallel}")
         if trial_timeout_s is not None and not trial_timeout_s > 0:
             raise UsageError(f"the trial timeout must be positive, got {trial_timeout_s}")
+        if timeout_h is not None and not (timeout_h > 0 and math.isfinite(timeout_h)):
+            raise UsageError(f"the phase's wall-time budget (timeout_h) must be positive, got {timeout_h}")
+        if stop_after_no_improvement is not None and stop_after_no_improvement < 1:
+            raise UsageError(
+                f"stop_after_no_improvement must be at least 1 trial, got {stop_after_no_improvement}"
+            )
         return cls(
             max_trials=max_trials,
             max_failed=max_failed if max_failed is not None else max(1, math.floor(max_trials / 3)),
             max_parallel=max_parallel,
             max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
             trial_timeout_s=trial_timeout_s,
+            timeout_h=timeout_h,
+            stop_after_no_improvement=stop_after_no_improvement,
+            config_key=config_key,
         )
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> PhaseSettings:
         return cls(**attrs[SETTINGS_ATTR])
+
+    def key(self, name: str) -> str:
+        """``rounds.round1.timeout_h``: a setting as the user sets it (bare when the origin is unknown)."""
+        return f"{self.config_key}.{name}" if self.config_key else name
+
+
+def window_started_at(attrs: Mapping[str, Any]) -> float | None:
+    """When the phase's current run window began (None: a phase started before windows existed)."""
+    value = attrs.get(WINDOW_ATTR)
+    return float(value) if isinstance(value, int | float) else None
 
 
 def optuna_study_name(study: str, phase: str) -> str:
@@ -81,7 +112,8 @@ def start_phase(
 ) -> Any:
     """Create the phase (or reopen it) with budget ``settings``; workers create the trials.
 
-    Re-running with the same budget changes nothing; a larger budget adds slots (numbered after
+    Each call opens a new run window (``timeout_h`` counts from now). Re-running with the same
+    budget changes nothing else; a larger budget adds slots (numbered after
     the existing ones); a smaller one than the slots already started is refused, since trials
     cannot be taken back.
     ``expected_attrs`` must match what the phase was started with (e.g. the training config's
@@ -126,6 +158,7 @@ def _start_phase(
                 "cannot take them back (budgets can only grow)"
             )
         # the settings last: a worker waits for them, so whatever else it reads is there by then
+        optuna_study.set_user_attr(WINDOW_ATTR, time.time())
         for key, value in {**(expected_attrs or {}), **(extra_attrs or {})}.items():
             if existing.get(key) != value:
                 optuna_study.set_user_attr(key, value)

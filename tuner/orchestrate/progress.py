@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.orchestrate.budget import PhaseCounts, count_trials
-from tuner.orchestrate.phase import PhaseSettings
+from tuner.orchestrate.budget import Decision, PhaseCounts, count_trials, decide
+from tuner.orchestrate.phase import PhaseSettings, window_started_at
 from tuner.orchestrate.storage import with_retries
 
 REFRESH_ATTEMPTS = 2  # a refresh comes again within a second: no need to wait out a long backoff
@@ -29,12 +29,20 @@ class PhaseSnapshot:
     newly_finished: list[Any] = field(default_factory=list)  # FrozenTrials finished since the last look
     trials: list[Any] = field(default_factory=list)  # every FrozenTrial of the phase
     stale_since: float | None = None  # wall-clock time since which the storage could not be read
+    window_started_at: float | None = None  # the phase's run window began (timeout_h counts from it)
 
     @property
     def best(self) -> Any | None:
         """The best trial (a FrozenTrial), if any has completed with a finite value."""
         number = self.counts.best_number
         return next((t for t in self.trials if t.number == number), None) if number is not None else None
+
+    def decision(self, metric: str | None = None, now: float | None = None) -> Decision:
+        """What a worker would decide now: the workers' own rule, so a summary says what they did
+        (``stopped`` with the budget that ran out, ``failed``, ``done``...)."""
+        return decide(
+            self.counts, self.settings, window_started_at=self.window_started_at, now=now, metric=metric
+        )
 
 
 class PhaseWatcher:
@@ -85,6 +93,7 @@ class PhaseWatcher:
             self._workers(),
             sorted(news, key=lambda t: t.number),
             list(trials),
+            window_started_at=window_started_at(attrs),
         )
         return self._last
 

@@ -27,12 +27,12 @@ from typing import Any
 from tuner._atomic import atomic_write_json
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import SignalFlag
-from tuner.orchestrate.budget import Decision
+from tuner.orchestrate.budget import Action, Decision
 from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
 from tuner.orchestrate.failures import FailureReason, fail_stale_trials, save_error_log
 from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
-from tuner.orchestrate.phase import PhaseSettings, open_phase
+from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
 from tuner.orchestrate.search_space import Param, distributions, to_config_values
 from tuner.orchestrate.storage import open_storage, with_retries
@@ -62,6 +62,7 @@ class PhaseEnd(StrEnum):
 
     DONE = "done"  # the budget is met
     FAILED = "failed"  # the failure budget is spent
+    STOPPED = "stopped"  # a stopping budget ran out (timeout_h, stop_after_no_improvement): exit 0
     INTERRUPTED = "interrupted"  # a signal
 
 
@@ -109,18 +110,20 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> WorkerResult:
-        """Serve the phase until its budget is met, its failure budget is spent, or a signal."""
+        """Serve the phase until its budget is met, its failure budget is spent, a stopping
+        budget runs out, or a signal."""
         trials_run = 0
         next_stale_check = 0.0
         with self.signals:
             while not self.signals.count:
-                settings = PhaseSettings.from_attrs(with_retries(lambda: self.study.user_attrs))
+                attrs = with_retries(lambda: self.study.user_attrs)
+                settings = PhaseSettings.from_attrs(attrs)
                 if time.monotonic() >= next_stale_check:  # trials go stale in grace periods, not ms
                     with_retries(fail_stale_trials, self.storage, self.study, settings)
                     next_stale_check = time.monotonic() + self.heartbeat_s
-                claimed = self.claimer.claim(settings)
+                claimed = self.claimer.claim(settings, window_started_at(attrs))
                 if isinstance(claimed, Decision):
-                    if claimed.action in (PhaseEnd.DONE, PhaseEnd.FAILED):
+                    if claimed.action in (Action.DONE, Action.FAILED, Action.STOPPED):
                         self._write_status("finished", claimed.reason)
                         return WorkerResult(PhaseEnd(claimed.action), claimed.reason, trials_run)
                     self._write_status("waiting", claimed.reason)

@@ -79,6 +79,9 @@ class PhasePlan:
                 max_parallel=spec.parallel,
                 max_retries=spec.max_retries,
                 trial_timeout_s=spec.trial_timeout_s,
+                timeout_h=spec.timeout_h,
+                stop_after_no_improvement=spec.stop_after_no_improvement,
+                config_key=f"rounds.{self.phase.replace('-', '')}",  # round-1 -> rounds.round1, for messages
             )
         chosen.update({key: value for key, value in overrides.items() if value is not None})
         if self.stored.slots and chosen["max_trials"] != len(self.stored.slots):
