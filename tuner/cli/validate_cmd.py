@@ -12,6 +12,7 @@ from tuner.cli._errors import guarded
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
+    from tuner.playbook.phases import ProductionLength
     from tuner.spec import StudySpec
 
 
@@ -30,14 +31,20 @@ def describe_schedule(spec: StudySpec) -> str:
     return ", then ".join(parts)
 
 
-def summary_lines(spec: StudySpec) -> list[str]:
+def summary_lines(spec: StudySpec, production: ProductionLength | None = None) -> list[str]:
     from tuner.spec import CategoricalParam
     from tuner.workloads import BUILTINS
 
     training = spec.training
     builtin = BUILTINS.get(spec.workload.name)
     workload = f"{spec.workload.name} (built-in: {builtin.summary})" if builtin else spec.workload.name
-    max_steps = training.max_train_steps or "not set"
+    if production is None:
+        from tuner.playbook.phases import ProductionLength
+
+        production = ProductionLength(
+            training.max_train_steps, "the study file" if training.max_train_steps else ""
+        )
+    max_steps = production.describe()
     lines = [
         f"study        {spec.name}" + (f" - {spec.description}" if spec.description else ""),
         f"workload     {workload}",
@@ -59,21 +66,72 @@ def summary_lines(spec: StudySpec) -> list[str]:
             lines.append(f"  {key}: {what}, {param.role}")
     else:
         lines.append("search space (empty)")
-    r1, r2 = spec.rounds.round1, spec.rounds.round2
-    from tuner.orchestrate.phase import PhaseSettings
-    from tuner.playbook.phases import round_steps
-
-    try:
-        length = f"of {round_steps(spec, r1, 1)} steps "
-    except TunerError:
-        length = "(length unknown until max_train_steps is set) "
-    budget = PhaseSettings.build(r1.trial_budget, max_failed=r1.max_failed)
-    lines.append(
-        f"rounds       round 1: {r1.trial_budget} trials {length}({r1.sampler}), "
-        f"failure budget {budget.max_failed}, max {r1.max_retries} retries; "
-        f"round 2: top {r2.top_k} x {r2.seeds} seeds"
-    )
+    lines += procedure_lines(spec, production)
     return lines
+
+
+def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
+    """What sweep-lr and each round would run, with the lengths as they would be chosen."""
+    from tuner.orchestrate.phase import PhaseSettings
+    from tuner.playbook.later_rounds import round_length
+    from tuner.playbook.phases import round_steps
+    from tuner.playbook.sweep_lr import default_grid, format_lr
+    from tuner.train.metrics import metric_direction
+
+    sweep = spec.sweep_lr
+    grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
+    cap = sweep.max_steps or production.steps
+    compare = ">=" if metric_direction(sweep.fit_metric) == "maximize" else "<="
+    switched = ", ".join(f"{key}={value}" for key, value in sweep.overrides.items())
+    lines = [
+        f"sweep-lr     {len(grid)} LRs ({format_lr(grid[0])} .. {format_lr(grid[-1])})"
+        + (f" x {sweep.seeds} seeds" if sweep.seeds > 1 else "")
+        + f", up to {cap if cap else '? (set sweep_lr.max_steps)'} steps each, constant LR, "
+        f"fit = {sweep.fit_metric} {compare} {sweep.fit_threshold:g}; "
+        f"off: {switched or 'nothing'}, augmentation"
+    ]
+    previous: int | None = None
+    for number in spec.rounds.numbers:
+        round_spec = spec.rounds.get(number)
+        assert round_spec is not None
+        try:
+            steps = (
+                round_steps(spec, round_spec, number, production.steps)
+                if number == 1 or previous is None
+                else round_length(spec, number, previous, production)
+            )
+            length = f"of {steps} steps"
+        except TunerError:
+            steps, length = None, "(length unknown until max_train_steps is known)"
+        previous = steps
+        budgets = []
+        if round_spec.timeout_h:
+            budgets.append(f"stop starting trials after {round_spec.timeout_h:g} h")
+        if round_spec.stop_after_no_improvement:
+            budgets.append(f"or after {round_spec.stop_after_no_improvement} trials without a new best")
+        if number == 1:
+            failure = PhaseSettings.build(
+                round_spec.trial_budget, max_failed=round_spec.max_failed
+            ).max_failed
+            text = (
+                f"round 1: {round_spec.trial_budget} trials {length} ({round_spec.sampler}), "
+                f"failure budget {failure}, max {round_spec.max_retries} retries"
+            )
+            if round_spec.proxy_fraction:
+                text += f", validating on {round_spec.proxy_fraction:.0%} of the training split"
+        else:
+            multipliers = round_spec.lr_multipliers
+            count = round_spec.top_k * round_spec.seeds * len(multipliers)
+            text = (
+                f"round {number}: top {round_spec.top_k} of round {number - 1} x {round_spec.seeds} seeds"
+                + (f" x LR multipliers {multipliers}" if multipliers != [1.0] else "")
+                + f" = {count} trials {length}"
+            )
+        lines.append(("rounds       " if number == 1 else "             ") + "; ".join([text, *budgets]))
+    return lines
+
+
+PROXY_SUGGESTED_FROM = 100  # trials in round 1
 
 
 @guarded
@@ -81,6 +139,19 @@ def validate(
     path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
     set_: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set optimizer.lr=0.01."
+    ),
+    output_dir: Path = typer.Option(
+        Path("runs"),
+        "--output-dir",
+        metavar="DIR",
+        envvar="TUNER_OUTPUT_DIR",
+        help="Where the study's storage is (for sweep-lr's stored max_train_steps).",
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's, or SQLite).",
     ),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
@@ -91,25 +162,50 @@ def validate(
     loaded = load_study(path, set_)
     check_study(loaded)
     check_schedule_fits(loaded)
+    production = stored_production_length(loaded.spec, storage, output_dir)
     out.print(f"{path}: valid")
-    for line in summary_lines(loaded.spec):
+    for line in summary_lines(loaded.spec, production):
         out.print(f"  {line}")
-    for line in notes(loaded.spec):
+    for line in notes(loaded.spec, production):
         out.print(f"note: {line}")
 
 
-def notes(spec: StudySpec) -> list[str]:
+def stored_production_length(spec: StudySpec, storage: str | None, output_dir: Path) -> ProductionLength:
+    """``max_train_steps`` and its source: the file, else sweep-lr's result if its storage exists
+    (validate never creates a storage; without one, optuna is not even imported)."""
+    from tuner.playbook.phases import ProductionLength, production_length
+
+    if spec.training.max_train_steps is not None:
+        return ProductionLength(spec.training.max_train_steps, "the study file")
+    from tuner.orchestrate.storage import resolve_storage_url
+    from tuner.playbook.study_results import open_existing_storage
+
+    opened = open_existing_storage(storage or resolve_storage_url(spec.storage, output_dir, spec.name))
+    return production_length(spec, opened) if opened is not None else ProductionLength(None, "")
+
+
+def notes(spec: StudySpec, production: ProductionLength) -> list[str]:
     """What is valid but will stop a command, or is unwise: said now, not at the first trial."""
     from tuner.spec import redact_storage_url
 
     lines = []
-    if spec.training.max_train_steps is None:
+    if production.steps is None:
         needs = "tuner train needs it" + (
             ""
             if spec.rounds.round1.steps is not None
             else ", and so does run-round (or set rounds.round1.steps)"
         )
-        lines.append(f"training.max_train_steps is not set: {needs}; --set max_train_steps=N works too")
+        lines.append(
+            f"training.max_train_steps is not set: {needs}; tuner sweep-lr finds it "
+            "(or --set max_train_steps=N)"
+        )
+    round1 = spec.rounds.round1
+    if round1.trial_budget >= PROXY_SUGGESTED_FROM and not round1.proxy_fraction:
+        lines.append(
+            f"round 1 has {round1.trial_budget} trials: with that many, the search can overfit the "
+            "validation set; consider rounds.round1.proxy_fraction: 0.1 (round 1 then validates on a "
+            "held-out tenth of the training split, later rounds on the real validation set)"
+        )
     if spec.storage is not None and redact_storage_url(spec.storage) != spec.storage:
         lines.append(
             "storage holds a password: tuner keeps it out of run folders and output, but the study file "

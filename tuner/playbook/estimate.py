@@ -292,13 +292,9 @@ def plan_workers(
 
 def open_existing_storage(url: str) -> Any:
     """The storage, or None for an SQLite file that does not exist: an estimate creates nothing."""
-    from tuner.orchestrate import open_storage
+    from tuner.playbook.study_results import open_existing_storage as open_existing
 
-    if url.startswith("sqlite:///"):
-        path = url.split("sqlite:///", 1)[1]
-        if not path or path == ":memory:" or not Path(path).exists():
-            return None
-    return open_storage(url)
+    return open_existing(url)
 
 
 def _load_phase(storage: Any, study: str, phase: str) -> Any:

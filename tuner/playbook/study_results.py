@@ -32,3 +32,17 @@ def store_recommendation(phase_study: Any, steps: int | None) -> None:
     from tuner.orchestrate import with_retries
 
     with_retries(phase_study.set_user_attr, RECOMMENDED_ATTR, steps)
+
+
+def open_existing_storage(url: str) -> Any:
+    """The storage at ``url``, or None for an SQLite file that does not exist (readers such as
+    ``validate`` and ``estimate`` never create one)."""
+    from pathlib import Path
+
+    from tuner.orchestrate import open_storage
+
+    if url.startswith("sqlite:///"):
+        path = url.split("sqlite:///", 1)[1]
+        if not path or path == ":memory:" or not Path(path).exists():
+            return None
+    return open_storage(url)
