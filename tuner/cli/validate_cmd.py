@@ -76,7 +76,7 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
     from tuner.playbook.later_rounds import round_length
     from tuner.playbook.phases import round_steps
     from tuner.playbook.sweep_lr import default_grid, format_lr
-    from tuner.train.metrics import metric_direction
+    from tuner.train.objective import metric_direction
 
     sweep = spec.sweep_lr
     grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)

@@ -60,7 +60,7 @@ def _switched_off(loaded: LoadedStudy, overrides: dict[str, Any]) -> list[str]:
 
 def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
     from tuner.playbook.sweep_lr import default_grid
-    from tuner.train.metrics import metric_direction
+    from tuner.train.objective import metric_direction
 
     spec = loaded.spec
     sweep = spec.sweep_lr
