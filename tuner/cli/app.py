@@ -20,6 +20,7 @@ from tuner.cli import (
     estimate_cmd,
     init_cmd,
     run_round_cmd,
+    smoke_cmd,
     sweep_lr_cmd,
     train_cmd,
     validate_cmd,
@@ -104,6 +105,7 @@ app.command("run-round", cls=TunerCommand, short_help="Run a tuning round on eve
     run_round_cmd.run_round
 )
 app.command("worker", cls=TunerCommand, short_help="Join a running phase from here.")(worker_cmd.worker)
+app.command("smoke", cls=TunerCommand, short_help="Every phase on a tiny budget (for CI).")(smoke_cmd.smoke)
 app.command("estimate", cls=TunerCommand, short_help="Estimate the search's cost and days.")(
     estimate_cmd.estimate
 )
