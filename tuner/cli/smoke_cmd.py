@@ -1,4 +1,4 @@
-"""``tuner smoke STUDY``: every phase on a tiny budget in a throw-away folder; exit 0 only if all completed."""
+"""``tuner smoke STUDY``: every phase on a tiny budget in a throw-away folder (exit 0: all completed)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ def _failed_trials(outcome: object, phase: str) -> list[str]:
         reason = trial.user_attrs.get("failure_reason", trial.state.name.lower())
         if phase == "sweep-lr" and reason == "diverged":
             continue
-        bad.append(
-            f"trial {trial.user_attrs.get('slot', trial.number)} {reason}: {trial.user_attrs.get('error', '')}"
-        )
+        slot = trial.user_attrs.get("slot", trial.number)
+        bad.append(f"trial {slot} {reason}: {trial.user_attrs.get('error', '')}")
     return bad
 
 
