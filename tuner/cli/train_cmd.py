@@ -40,6 +40,15 @@ def train(
 
     loaded = load_study(path, set_)
     check_study(loaded)
+    if loaded.spec.training.max_train_steps is None:
+        # sweep-lr's result, if the study has one: the file (or --set) would win, but says nothing
+        from tuner.cli.validate_cmd import stored_production_length
+
+        production = stored_production_length(loaded.spec, None, output_dir)
+        if production.steps is not None:
+            set_ = [*set_, f"max_train_steps={production.steps}"]
+            loaded = load_study(path, set_)
+            err.print(f"max_train_steps {production.describe()}")
     from tuner.playbook.phases import reproduce_command
     from tuner.train import choose_run_dir, run_training  # torch: only when training
 
