@@ -2,7 +2,8 @@
 
 Options: ``step_sleep_s`` (slow steps, to kill trials mid-run), ``fail`` (``raise``,
 ``raise_at_step``, ``segfault``, ``hang``, ``oom``, ``alloc``, ``nan``, ``crash_once``), ``fail_at_step``,
-``marker_dir`` (where ``crash_once`` remembers it already crashed), ``diverge`` (NaN loss when true).
+``marker_dir`` (where ``crash_once`` remembers it already crashed), ``diverge`` (NaN loss when true),
+``nan_above_weight`` (NaN loss once a weight's magnitude exceeds it: a large learning rate diverges).
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def build(ctx: WorkloadContext) -> Workload:
         if not torch.is_grad_enabled():  # evaluation
             return losses
         calls["n"] += 1
-        if options.get("diverge") or (fail == "nan" and calls["n"] >= fail_at):
+        blown_up = "nan_above_weight" in options and bool(
+            model.linear.weight.abs().max() > float(options["nan_above_weight"])
+        )
+        if options.get("diverge") or blown_up or (fail == "nan" and calls["n"] >= fail_at):
             return losses * float("nan")
         if calls["n"] == fail_at:
             if fail == "raise_at_step":
@@ -71,8 +75,9 @@ def build(ctx: WorkloadContext) -> Workload:
                     raise RuntimeError("toy workload crashes once")
         return losses
 
+    model = _Toy(float(options.get("step_sleep_s", 0.0)))
     return Workload(
-        model=_Toy(float(options.get("step_sleep_s", 0.0))),
+        model=model,
         train_data=TensorDataset(inputs[:64], targets[:64]),
         eval_data=TensorDataset(inputs[64:], targets[64:]),
         num_classes=2,
