@@ -65,8 +65,10 @@ def train(
     )
     metric = loaded.spec.objective.metric
     out.print(f"run folder   {shown(result.run_dir)}")
+    # target_reached: a callback's goal was met before max_train_steps, a normal end; say which
+    status = f"target reached ({result.message})" if result.status == "target_reached" else result.status
     out.print(
-        f"stopped      {result.status} at step {result.step}/{result.max_train_steps}"
+        f"stopped      {status} at step {result.step}/{result.max_train_steps}"
         + (f" (resumed from step {result.resumed_from_step})" if result.resumed_from_step else "")
     )
     if result.best_value is not None:

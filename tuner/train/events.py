@@ -31,6 +31,13 @@ class StopReason(str, enum.Enum):
     DIVERGED = "diverged"
     INTERRUPTED = "interrupted"
     STOPPED = "stopped"  # a callback asked to stop (e.g. a pruner)
+    # a callback stopped the run because its goal was met (e.g. FitCriterion): a normal end, the
+    # run keeps its best value and is never resumed
+    TARGET_REACHED = "target_reached"
+
+
+#: Ends after which a run is finished: resuming it trains no further step.
+FINISHED = (StopReason.COMPLETED, StopReason.TARGET_REACHED)
 
 
 class StopTraining(Exception):

@@ -15,7 +15,7 @@ from torch.utils.data import TensorDataset
 
 from tuner.train.data import StepBatches
 from tuner.train.evaluation import Evaluator
-from tuner.train.events import Callback, Event, StopReason, StopTraining
+from tuner.train.events import FINISHED, Callback, Event, StopReason, StopTraining
 from tuner.train.metrics import masked_mean_loss
 from tuner.train.rng import rng_state, set_rng_state
 from tuner.train.schedules import Schedule
@@ -189,6 +189,13 @@ class Trainer:
             "last_eval": dict(self.last_eval),
             "last_eval_step": self.last_eval_step,
             "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
+            # a goal met at this step (TARGET_REACHED) is final: the checkpoint says so, and a
+            # resume from it stops before training a step
+            "finished": (
+                {"reason": str(self._stop_requested.value), "message": self.stop_message}
+                if self._stop_requested in FINISHED and isinstance(self._stop_requested, StopReason)
+                else None
+            ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -198,6 +205,9 @@ class Trainer:
         set_rng_state(state["rng"])
         self.last_eval = dict(state.get("last_eval", {}))
         self.last_eval_step = int(state.get("last_eval_step", -1))
+        finished = state.get("finished")
+        if finished:
+            self._stop_requested, self.stop_message = StopReason(finished["reason"]), finished["message"]
         saved = state.get("callbacks", {})
         for cb in self.callbacks:
             if cb.state_key in saved:

@@ -7,6 +7,16 @@ from typing import Any
 
 from tuner.train.events import Callback
 
+#: Metrics (after the ``val/`` or ``train/`` prefix) for which lower is better; every other metric
+#: the engine computes (accuracy, top5_accuracy, mcc, per-class correct / recall) is better higher.
+LOWER_IS_BETTER = ("loss", "error_rate", "perplexity")
+
+
+def metric_direction(name: str) -> str:
+    """``"minimize"`` or ``"maximize"`` for a metric name such as ``"train/accuracy"``."""
+    base = name.rsplit("/", 1)[-1]
+    return "minimize" if base in LOWER_IS_BETTER else "maximize"
+
 
 def is_better(value: float, than: float | None, direction: str) -> bool:
     """NaN is never better than anything; anything finite beats no value yet."""

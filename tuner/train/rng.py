@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from tuner.spec import StudySpec
 
 
 def derive_seed(base: int, *labels: int | str) -> int:
@@ -20,6 +24,28 @@ def derive_seed(base: int, *labels: int | str) -> int:
     text = json.dumps([base, *labels], separators=(",", ":"))
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class TrialSeeds:
+    """The two seeds one run of a study draws from: model init, and data order + augmentation."""
+
+    init: int
+    data: int
+
+
+def trial_seeds(spec: StudySpec) -> TrialSeeds:
+    """The run's seeds for ``training.seed_index`` k: k = 0 the study's own pair, k > 0 the k-th other.
+
+    Only these two move with k (round 2 reruns a configuration on other seeds); the validation
+    split, the train-eval sample and the prediction sample come from ``spec.seed`` alone, so
+    every seed is scored on exactly the same examples.
+    """
+    k = spec.training.seed_index
+    extra = (k,) if k else ()  # k = 0 keeps the seeds every run had before seed_index existed
+    return TrialSeeds(
+        init=derive_seed(spec.seed, "init", *extra), data=derive_seed(spec.seed, "data", *extra)
+    )
 
 
 def seed_torch(seed: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import signal
 import threading
@@ -30,7 +31,8 @@ from tuner.train.loop import Trainer
 from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
-from tuner.train.rng import derive_seed, seed_torch
+from tuner.train.proxy import proxy_split
+from tuner.train.rng import derive_seed, seed_torch, trial_seeds
 from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
 from tuner.train.workload_errors import blame_workload, check_dataset_targets, shown_path
@@ -40,7 +42,7 @@ from tuner.workloads import IGNORE_INDEX, Workload
 @dataclass
 class RunResult:
     run_dir: Path
-    status: str  # completed | diverged | interrupted | stopped
+    status: str  # completed | target_reached | diverged | interrupted | stopped
     message: str
     step: int
     max_train_steps: int
@@ -48,6 +50,8 @@ class RunResult:
     best_value: float | None
     best_step: int | None
     last_eval: dict[str, float] = field(default_factory=dict)
+    #: what "val/..." metrics were computed on: "the workload's evaluation split" or "proxy (...)"
+    validation: str = "the workload's evaluation split"
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -216,11 +220,18 @@ def _run(
 ) -> RunResult:
     training = spec.training
     device = resolve_device(training.device)
-    workload = build_workload(spec, base_dir, init_seed=derive_seed(spec.seed, "init"))
+    seeds = trial_seeds(spec)
+    workload = build_workload(spec, base_dir, init_seed=seeds.init)
     for split, dataset in (("training", workload.train_data), ("evaluation", workload.eval_data)):
         check_dataset_targets(dataset, workload.num_classes, split)
+    validation = "the workload's evaluation split"
+    if training.proxy_fraction > 0:
+        # the same held-out part for every trial and seed_index: it depends on the study seed only
+        proxy = proxy_split(workload.train_data, training.proxy_fraction, derive_seed(spec.seed, "proxy"))
+        workload = dataclasses.replace(workload, train_data=proxy.train, eval_data=proxy.held_out)
+        validation = proxy.describe(training.proxy_fraction)
     model = workload.model.to(device)
-    run_data_seed = data_seed if data_seed is not None else derive_seed(spec.seed, "data")
+    run_data_seed = data_seed if data_seed is not None else seeds.data
     seed_torch(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
     evaluator = build_evaluator(workload, spec, device)
     if spec.objective.metric not in evaluator.output_names():
@@ -264,7 +275,7 @@ def _run(
         evaluator=evaluator,
         callbacks=callbacks,
         grad_clip_norm=training.grad_clip_norm,
-        augment=workload.augment,
+        augment=workload.augment if training.augment else None,
         num_classes=workload.num_classes,
     )
     latest = run_dir / "checkpoints" / LATEST
@@ -287,6 +298,7 @@ def _run(
         objective=spec.objective.metric,
         direction=spec.objective.direction,
         last_eval=trainer.last_eval,
+        validation=validation,
     )
     return RunResult(
         run_dir,
@@ -298,4 +310,5 @@ def _run(
         tracker.best_value,
         tracker.best_step,
         dict(trainer.last_eval),
+        validation,
     )
