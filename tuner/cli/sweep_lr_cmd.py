@@ -35,13 +35,22 @@ def show_result(outcome: PhaseOutcome, as_json: bool) -> None:
         return
     for line in render_lines(result, stored.fit.metric, stored.fit.threshold, stored.trial_steps):
         out.print(line, markup=False, highlight=False)
-    if finished and result.recommended_max_train_steps is not None:
-        out.print(
-            f"stored       max_train_steps = {result.recommended_max_train_steps} for this study: later "
-            "phases use it while the study file leaves training.max_train_steps out (a value in the "
-            "file wins)",
-            markup=False,
-        )
+    recommended = result.recommended_max_train_steps
+    if finished and recommended is not None:
+        in_file = started.loaded.spec.training.max_train_steps
+        if in_file is None:
+            line = (
+                f"stored       max_train_steps = {recommended} for this study: round 1, round 2 and "
+                "tuner train use it while the study file leaves training.max_train_steps out"
+            )
+        elif in_file == recommended:
+            line = f"stored       max_train_steps = {recommended}, the value the study file already has"
+        else:
+            line = (
+                f"stored       max_train_steps = {recommended}, but the study file sets {in_file}, which "
+                f"wins: set it to {recommended} (or remove it) to use the sweep's value"
+            )
+        out.print(line, markup=False)
 
 
 @guarded
