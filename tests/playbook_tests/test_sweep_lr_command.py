@@ -1,0 +1,101 @@
+"""``tuner sweep-lr`` end to end on the toy workload: fit steps, divergence, the stored length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, toy_study
+from tuner.orchestrate import open_storage
+from tuner.playbook.study_results import stored_recommendation
+
+
+def _sweep_study(folder: Path, **sweep: Any) -> Path:
+    """The toy study without max_train_steps; a weight above 5 gives a NaN loss (lr 100 diverges)."""
+    path = toy_study(folder, options={"nan_above_weight": 5.0})
+    document = yaml.safe_load(path.read_text())
+    document["training"].pop("max_train_steps")
+    document["rounds"]["round1"] = {"trials": 2, "length_fraction": 0.5}
+    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0, 100.0], "max_steps": 60, "fit_threshold": 0.9, **sweep}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def _sweep(path: Path, *extra: str) -> Any:
+    return run_tuner(
+        "sweep-lr", str(path), "--output-dir", str(path.parent / "runs"), "--no-progress", *extra
+    )
+
+
+def _trials(path: Path, phase: str = "sweep-lr") -> list[Any]:
+    storage = open_storage(sqlite_url(path.parent / "runs"))
+    return optuna.load_study(study_name=f"toy/{phase}", storage=storage).trials
+
+
+def test_sweep_finds_the_fewest_steps_to_fit_and_later_phases_use_them(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    done = _sweep(path, "--max-failed", "1")
+    # lr 100 diverged: a result, not a failure; the failure budget of 1 is untouched
+    assert done.returncode == 0, done.stderr
+    assert "constant learning rate (no warmup, no decay)" in done.stderr
+    assert "augmentation off" in done.stderr
+    table = done.stdout
+    assert "0.01  not within 60 steps" in table
+    assert "- lr >= 100 diverged (1 of 4 grid points)" in table
+    assert "- max_train_steps = 10: lr 1 fit the training set (train/accuracy >= 0.9) in 10 steps" in table
+    trials = {t.params["optimizer.lr"]: t for t in _trials(path)}
+    assert (
+        trials[100.0].user_attrs["failure_reason"] == "diverged" and not trials[100.0].user_attrs["retried"]
+    )
+    assert trials[1.0].state.name == "COMPLETE" and trials[1.0].user_attrs["fit_step"] == 10
+    assert trials[1.0].user_attrs["stopped_early"] and trials[1.0].user_attrs["final_step"] == 10
+    assert trials[0.01].user_attrs["fit_step"] is None and trials[0.01].user_attrs["final_step"] == 60
+    storage = open_storage(sqlite_url(path.parent / "runs"))
+    assert stored_recommendation(storage, "toy") == 10
+
+    again = _sweep(path, "--json")  # a re-run continues the phase: nothing left to train
+    assert again.returncode == 0, again.stderr
+    result = json.loads(again.stdout)
+    assert result["finished"] and result["recommended_max_train_steps"] == 10
+    assert len(_trials(path)) == 4
+
+    # round 1 has no max_train_steps in the file: it is sweep-lr's, and says so
+    round1 = run_tuner(
+        "run-round", str(path), "--round", "1", "--output-dir", str(tmp_path / "runs"), "--no-progress"
+    )
+    assert round1.returncode == 0, round1.stderr
+    assert "round-1: 2 trials of 5 steps" in round1.stderr
+    assert "max_train_steps 10 (from tuner sweep-lr)" in round1.stderr
+    assert {t.user_attrs["max_train_steps"] for t in _trials(path, "round-1")} == {5}
+
+
+def test_fastest_lr_at_the_edge_is_extended_into_the_same_phase(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path, grid=[0.01, 0.03, 0.1])
+    done = _sweep(path, "--json")
+    assert done.returncode == 0, done.stderr
+    verdicts = {v["kind"]: v for v in json.loads(done.stdout)["verdicts"]}
+    edge = verdicts["fastest_at_edge"]
+    assert (edge["edge"], edge["lr"]) == ("high", 0.1)
+    assert edge["new_points"] == [0.333, 1.11]  # the edge's own spacing: x 3.33
+    extended = _sweep(path, "--extend")
+    assert extended.returncode == 0, extended.stderr
+    assert "extended with lr 0.333, 1.11" in extended.stderr
+    assert sorted(t.params["optimizer.lr"] for t in _trials(path)) == [0.01, 0.03, 0.1, 0.333, 1.11]
+
+
+def test_nothing_fits_says_so_and_stores_no_length(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path, grid=[0.001, 0.003, 0.01], max_steps=20)
+    done = _sweep(path, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["recommended_max_train_steps"] is None
+    kinds = [v["kind"] for v in result["verdicts"]]
+    assert "nothing_fits" in kinds
+    assert stored_recommendation(open_storage(sqlite_url(tmp_path / "runs")), "toy") is None
+    round1 = run_tuner("run-round", str(path), "--round", "1", "--output-dir", str(tmp_path / "runs"))
+    assert round1.returncode == 2
+    assert "rounds.round1: set steps, or set training.max_train_steps" in round1.stderr
