@@ -105,3 +105,131 @@ class PhaseWatcher:
             except (OSError, ValueError):
                 continue
         return workers
+
+
+# -- what the live view shows: the phase's bar and one row per worker -----------------------------
+def _failed_and_diverged(counts: PhaseCounts) -> tuple[int, int, str]:
+    """(final failures, diverged trials, ``1 crashed, 2 oom``): the one place that tells them
+    apart. Diverged trials are information about the search space, not failures;
+    ``PhaseCounts.diverged`` counts them where it exists, else they are among the failures under
+    their reason."""
+    reasons = {reason: count for reason, count in counts.reasons.items() if reason != "diverged"}
+    summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    diverged = getattr(counts, "diverged", None)
+    if diverged is None:
+        diverged = counts.reasons.get("diverged", 0)
+        return counts.failed - diverged, diverged, summary
+    return counts.failed, int(diverged), summary
+
+
+def trial_seconds(trial: Any) -> float | None:
+    """How long a finished trial took, wall clock (start-up included: that is what an ETA needs);
+    its ``train_s`` when the storage has no times."""
+    start, end = trial.datetime_start, trial.datetime_complete
+    if start is not None and end is not None:
+        return max(0.0, (end - start).total_seconds())
+    seconds = trial.user_attrs.get("train_s")
+    return float(seconds) if isinstance(seconds, int | float) else None
+
+
+def _started_at(trial: Any) -> float | None:
+    return trial.datetime_start.timestamp() if trial.datetime_start is not None else None
+
+
+@dataclass(frozen=True)
+class PhaseProgress:
+    """The overall bar: trials done / running / failed / diverged of ``total``, and when it ends."""
+
+    total: int
+    done: int  # completed (a clean early stop included)
+    running: int
+    failed: int  # final failures (crashed, oom, timeout...), diverged trials apart
+    diverged: int
+    failure_summary: str  # ``1 crashed, 2 oom``: the failures' reasons
+    to_start: int  # trials not started yet (retries waiting included)
+    mean_trial_s: float | None  # measured on the completed trials; None before the first
+    eta_s: float | None  # seconds until the last trial ends; None while unknown
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.failed + self.diverged
+
+
+def phase_progress(snapshot: PhaseSnapshot, now: float | None = None, workers: int = 0) -> PhaseProgress:
+    """Counts and an ETA: the trials still to start and the rest of the running ones, at the
+    mean duration of the completed trials, spread over the trials running side by side or
+    ``workers`` (the workers known to serve the phase), whichever is more; never shorter than
+    the longest running trial's rest. Short trials leave a worker idle between two of them:
+    counting only the running trials would make the ETA jump."""
+    now = time.time() if now is None else now
+    counts = snapshot.counts
+    failed, diverged, failure_summary = _failed_and_diverged(counts)
+    durations = [
+        seconds
+        for trial in snapshot.trials
+        if trial.state.name == "COMPLETE" and (seconds := trial_seconds(trial)) is not None
+    ]
+    mean = sum(durations) / len(durations) if durations else None
+    eta = None
+    if mean is not None:
+        running = [t for t in snapshot.trials if t.state.name == "RUNNING"]
+        rests = [max(0.0, mean - (now - (_started_at(t) or now))) for t in running]
+        parallel = max(1, len(running), workers)
+        if snapshot.settings.max_parallel is not None:
+            parallel = min(parallel, max(1, snapshot.settings.max_parallel))
+        to_start = counts.to_start(snapshot.settings)
+        eta = max((to_start * mean + sum(rests)) / parallel, max(rests, default=0.0))
+        if to_start and eta < mean:  # a trial still to start takes a whole trial at least
+            eta = mean
+    return PhaseProgress(
+        total=snapshot.settings.max_trials,
+        done=counts.completed,
+        running=counts.running,
+        failed=failed,
+        diverged=diverged,
+        failure_summary=failure_summary,
+        to_start=counts.to_start(snapshot.settings),
+        mean_trial_s=mean,
+        eta_s=eta,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerProgress:
+    """One worker's row: its state, and the trial it trains (values from the storage)."""
+
+    label: str
+    state: str  # training, waiting, finished, stopped
+    detail: str  # the worker's own words when it does not train
+    trial: Any | None = None  # the FrozenTrial it trains
+    step: int | None = None  # the last evaluated step
+    total: int | None = None  # the trial's steps
+    value: float | None = None  # the objective at the last evaluation
+    elapsed_s: float | None = None  # since the trial started training
+
+
+def worker_progress(
+    worker: dict[str, Any], snapshot: PhaseSnapshot, now: float | None = None
+) -> WorkerProgress:
+    """A worker's status file (``.workers/<label>.json``) joined with its trial in the storage."""
+    now = time.time() if now is None else now
+    label, state, detail = str(worker.get("label")), str(worker.get("state")), str(worker.get("detail", ""))
+    number = worker.get("trial")
+    trial = next((t for t in snapshot.trials if t.number == number), None) if number is not None else None
+    if trial is None or state != "training":
+        return WorkerProgress(label, state, detail)
+    values = trial.intermediate_values
+    last = max(values, default=None)
+    step = worker.get("step", last)
+    total = worker.get("total", trial.user_attrs.get("max_train_steps"))
+    started = worker.get("trial_started_at") or _started_at(trial)
+    return WorkerProgress(
+        label,
+        state,
+        detail,
+        trial=trial,
+        step=int(step) if isinstance(step, int | float) else None,
+        total=int(total) if isinstance(total, int | float) else None,
+        value=values[last] if last is not None else None,
+        elapsed_s=max(0.0, now - float(started)) if isinstance(started, int | float) else None,
+    )

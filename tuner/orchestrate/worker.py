@@ -213,6 +213,7 @@ class Worker:
             # write a folder another process holds; start over in one of our own
             run_dir = self._own_dir(slot, attempt)
         job = self._prepared.pop(slot, None) if attempt == 0 and "run_dir" in frozen.user_attrs else None
+        status: dict[str, Any] = {"trial": frozen.number, "slot": slot, "attempt": attempt}  # live view
         recorder = Recorder(
             self.storage,
             self.study,
@@ -220,9 +221,7 @@ class Worker:
             frozen.number,
             attempt=attempt,
             last_step=None,
-            on_eval=lambda step: self._write_status(
-                "training", f"step {step}", trial=frozen.number, step=step
-            ),
+            on_eval=lambda step: self._write_status("training", f"step {step}", step=step, **status),
         )
         try:
             if job is None:  # a retry, or a point the sampler chooses now
@@ -245,7 +244,8 @@ class Worker:
             recorder.fail(FailureReason.INTERRUPTED, "interrupted", settings)
             return
         recorder.last_step = job.spec.training.max_train_steps
-        self._write_status("training", f"trial {frozen.number}", trial=frozen.number)
+        status.update(total=job.spec.training.max_train_steps, trial_started_at=time.time())
+        self._write_status("training", f"trial {frozen.number}", **status)
         outcome = supervise(
             job,
             threads=self.options.threads,
