@@ -109,17 +109,9 @@ class PhaseWatcher:
 
 # -- what the live view shows: the phase's bar and one row per worker -----------------------------
 def _failed_and_diverged(counts: PhaseCounts) -> tuple[int, int, str]:
-    """(final failures, diverged trials, ``1 crashed, 2 oom``): the one place that tells them
-    apart. Diverged trials are information about the search space, not failures;
-    ``PhaseCounts.diverged`` counts them where it exists, else they are among the failures under
-    their reason."""
-    reasons = {reason: count for reason, count in counts.reasons.items() if reason != "diverged"}
-    summary = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    diverged = getattr(counts, "diverged", None)
-    if diverged is None:
-        diverged = counts.reasons.get("diverged", 0)
-        return counts.failed - diverged, diverged, summary
-    return counts.failed, int(diverged), summary
+    """(final failures, diverged trials, ``1 crashed, 2 oom``). Diverged trials are information
+    about the search space, not failures: ``count_trials`` keeps them apart."""
+    return counts.failed, counts.diverged, counts.failure_summary()
 
 
 def trial_seconds(trial: Any) -> float | None:
