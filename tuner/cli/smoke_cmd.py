@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from tuner.cli._console import err, out
+from tuner.cli._console import err, out, plural
 from tuner.cli._errors import EXIT_FAILED, guarded
 
 
@@ -81,7 +81,7 @@ def smoke(
             if failures:
                 err.print(f"[red]smoke failed:[/] {phase}: " + "; ".join(failures[:3]), markup=True)
                 raise typer.Exit(EXIT_FAILED)
-            done.append(f"{phase} ({len(outcome.snapshot.trials)} trials)")
+            done.append(f"{phase} ({plural(len(outcome.snapshot.trials), 'trial')})")
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
