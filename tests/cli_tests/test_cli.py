@@ -199,7 +199,7 @@ def test_validate_summary(study: Path) -> None:
     lines = plain(result.stdout).splitlines()
     assert lines[0] == f"{study}: valid"
     assert f"  objective    {spec.objective.direction} {spec.objective.metric}" in lines
-    assert f"max_train_steps {spec.training.max_train_steps}," in lines[4]
+    assert f"max_train_steps {spec.training.max_train_steps} (from the study file)," in lines[4]
     assert lines[7] == f"  search space {len(spec.search_space)} parameter(s):"
     for offset, (key, param) in enumerate(spec.search_space.items()):
         assert lines[8 + offset].startswith(f"    {key}: ")

@@ -85,7 +85,7 @@ def test_missing_max_train_steps_is_a_note(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (
         "note: training.max_train_steps is not set: tuner train needs it, and so does run-round "
-        "(or set rounds.round1.steps); --set max_train_steps=N works too"
+        "(or set rounds.round1.steps); tuner sweep-lr finds it (or --set max_train_steps=N)"
     ) in plain(result.stdout)
     with_steps = invoke("validate", str(tmp_path / "study.yaml"), "--set", "max_train_steps=5")
     assert "note:" not in plain(with_steps.stdout)

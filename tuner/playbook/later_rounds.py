@@ -25,8 +25,8 @@ LR_PATH = ("training", "optimizer", "lr")
 
 def round_length(spec: StudySpec, number: int, previous_steps: int, production: ProductionLength) -> int:
     """Round ``number``'s trial length: ``steps`` / ``length_fraction`` if given; else the last
-    round runs at the production length and the ones between grow geometrically towards it
-    (the playbook's "more rounds with exponentially increasing lengths")."""
+    round whose length is open runs at the production length and the open ones before it grow
+    geometrically towards it (the playbook's "more rounds with exponentially increasing lengths")."""
     from tuner.playbook.phases import round_steps
 
     round_spec = spec.rounds.get(number)
@@ -38,10 +38,18 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
             f"round {number} trains at the production length, which is not known yet: set "
             f"training.max_train_steps, run tuner sweep-lr, or set rounds.round{number}.steps"
         )
-    last = spec.rounds.numbers[-1]
-    if number >= last or previous_steps >= production.steps:
+    # this round and the later ones that leave their length open share the growth to production
+    open_rounds = [
+        n
+        for n in spec.rounds.numbers
+        if n >= number
+        and (r := spec.rounds.get(n)) is not None
+        and r.steps is None
+        and r.length_fraction is None
+    ]
+    if len(open_rounds) <= 1 or previous_steps >= production.steps:
         return production.steps
-    ratio = (production.steps / previous_steps) ** (1 / (last - number + 1))
+    ratio = (production.steps / previous_steps) ** (1 / len(open_rounds))
     return min(production.steps, max(previous_steps + 1, math.ceil(previous_steps * ratio)))
 
 
@@ -185,14 +193,12 @@ def later_round_plan(
         f"trial {s.attrs['source_trial']} ({s.attrs['source_value']:.6g})"
         for s in slots[:: round_spec.seeds * len(round_spec.lr_multipliers)]
     )
+    multipliers = round_spec.lr_multipliers
     notes = [
         f"{source}'s top {round_spec.top_k} by {spec.objective.metric}: {picked}",
-        f"{len(slots)} trials = {round_spec.top_k} points x {round_spec.seeds} seeds"
-        + (
-            f" x {len(round_spec.lr_multipliers)} LR multipliers {round_spec.lr_multipliers}"
-            if round_spec.lr_multipliers != [1.0]
-            else ""
-        ),
+        f"{len(slots)} trials = {round_spec.top_k} points"
+        + (f" x {round_spec.seeds} seeds" if round_spec.seeds > 1 else "")
+        + (f" x {len(multipliers)} LR multipliers {multipliers}" if multipliers != [1.0] else ""),
         f"length {previous_plan.trial_steps} -> {steps} steps"
         + (
             f" (max_train_steps from {production.source})"
