@@ -180,6 +180,8 @@ def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_pat
     )
     assert second.returncode == 0, second.stderr
     assert "round-2: 4 trials of 40 steps (planned points)" in second.stderr
+    too_early = run_tuner("run-round", str(path), "--round", "3", "--output-dir", str(output))
+    assert too_early.returncode == 2 and "unknown phase 'round-3'" in too_early.stderr
     assert "round-1's top 2 by val/error_rate" in second.stderr
     storage = open_storage(sqlite_url(output))
     trials = optuna.load_study(study_name="toy/round-2", storage=storage).trials

@@ -7,6 +7,7 @@ the summary. The caller adds what is particular to its phase (sweep-lr's table a
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ def run_phase(
         env={"TUNER_STORAGE": started.storage_url},  # not on the command line: ps would show a password
         log_dir=started.folder / ".workers",
     )
+    existed = started.folder.exists()
     pool.start()  # workers warm up (import torch) while the phase is created
     try:
         create_phase(started)
@@ -139,6 +141,8 @@ def run_phase(
             after_create(started)
     except BaseException:
         pool.stop()
+        if not existed:  # refused (e.g. round 2 before round 1): leave no empty phase folder behind
+            shutil.rmtree(started.folder, ignore_errors=True)
         raise
     for line in header_lines(started, chosen):
         err.print(escape(line))
