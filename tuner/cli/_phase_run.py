@@ -51,6 +51,24 @@ class PhaseOutcome:
     crashed: bool
 
 
+def expected_trials(spec: Any, phase: str) -> int | None:
+    """How many trials the phase will have, as far as the study file tells (no more workers are
+    started than trials can use); None when only the plan will know."""
+    from tuner.playbook.phases import SWEEP_PHASE, round_number
+    from tuner.playbook.sweep_lr import default_grid
+
+    number = round_number(phase)
+    if phase == SWEEP_PHASE:
+        sweep = spec.sweep_lr
+        return len(sweep.grid or default_grid(spec.training.optimizer.lr)) * sweep.seeds
+    round_spec = spec.rounds.get(number) if number is not None else None
+    if round_spec is None:
+        return None
+    if number == 1:
+        return round_spec.trial_budget
+    return round_spec.top_k * round_spec.seeds * len(round_spec.lr_multipliers)
+
+
 def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
     from tuner.orchestrate import redact_url
 
@@ -105,9 +123,9 @@ def run_phase(
     gpus = parse_devices(request.devices)
     number = round_number(request.phase)
     round_spec = spec.rounds.get(number) if number is not None else None
-    budget = request.budget.get("max_trials") or (
-        round_spec.trial_budget if number == 1 and round_spec else None
-    )
+    budget = request.budget.get("max_trials") or expected_trials(spec, request.phase)
+    if request.extend:
+        budget = None  # the extension adds trials the file does not list
     chosen = local_workers(
         workers=request.workers,
         devices=gpus,
