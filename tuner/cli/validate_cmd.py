@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tuner.cli._console import out
+from tuner.cli._console import out, plural
 from tuner.cli._errors import guarded
 from tuner.errors import TunerError
 
@@ -115,7 +115,7 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
             ).max_failed
             text = (
                 f"round 1: {round_spec.trial_budget} trials {length} ({round_spec.sampler}), "
-                f"failure budget {failure}, max {round_spec.max_retries} retries"
+                f"failure budget {failure}, max {plural(round_spec.max_retries, 'retry', 'retries')}"
             )
             if round_spec.proxy_fraction:
                 text += f", validating on {round_spec.proxy_fraction:.0%} of the training split"
@@ -123,9 +123,10 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
             multipliers = round_spec.lr_multipliers
             count = round_spec.top_k * round_spec.seeds * len(multipliers)
             text = (
-                f"round {number}: top {round_spec.top_k} of round {number - 1} x {round_spec.seeds} seeds"
+                f"round {number}: top {round_spec.top_k} of round {number - 1}"
+                + (f" x {round_spec.seeds} seeds" if round_spec.seeds > 1 else "")
                 + (f" x LR multipliers {multipliers}" if multipliers != [1.0] else "")
-                + f" = {count} trials {length}"
+                + f" = {plural(count, 'trial')} {length}"
             )
         lines.append(("rounds       " if number == 1 else "             ") + "; ".join([text, *budgets]))
     return lines
