@@ -162,12 +162,14 @@ def short_params(params: Mapping[str, Any], width: int | None = None) -> str:
 
 
 def counts_text(snapshot: PhaseSnapshot, progress: PhaseProgress) -> str:
-    """``2 done · 2 running · 1 failed: 1 oom (limit 13) · 3 diverged · 12 to start``."""
+    """``2 done · 2 running · 1 failed: 1 oom (limit 13) · 3 diverged · 12 to start`` (no diverged
+    field while none diverged)."""
     why = f": {progress.failure_summary}" if progress.failed else ""
     to_start = f" · {progress.to_start} to start" if progress.to_start else ""
+    diverged = f" · {progress.diverged} diverged" if progress.diverged else ""
     return (
         f"{progress.done} done · {progress.running} running · {progress.failed} failed{why} "
-        f"(limit {snapshot.settings.max_failed}) · {progress.diverged} diverged{to_start}"
+        f"(limit {snapshot.settings.max_failed}){diverged}{to_start}"
     )
 
 
