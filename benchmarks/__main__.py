@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import traceback
 
-from benchmarks import checkpoint_cost, cli_startup, loop_overhead, orchestration, storage_cost
+from benchmarks import checkpoint_cost, cli_startup, loop_overhead, orchestration, procedure, storage_cost
 from benchmarks._common import Result, load, print_table, stopwatch
 
-BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup, storage_cost, orchestration)
+BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup, storage_cost, orchestration, procedure)
 
 
 def main() -> int:
