@@ -49,6 +49,7 @@ class PhasePlan:
     output_dir: Path
     round_spec: RoundSpec | None = None  # the budgets (they may change between runs); None: defaults
     fit_callbacks: Callable[[], list[Any]] | None = None
+    _space: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def phase(self) -> str:
@@ -101,7 +102,10 @@ class PhasePlan:
         return optuna.samplers.TPESampler(seed=None)
 
     def search_space(self) -> dict[str, Any]:
-        return self.stored.search_space()
+        """The stored space as parameter models (parsed once: every slot of round 1 asks for it)."""
+        if self._space is None:
+            self._space = self.stored.search_space()
+        return self._space
 
     def params_for_slot(self, slot: int) -> dict[str, Any]:
         stored = self.stored
