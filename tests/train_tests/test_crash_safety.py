@@ -37,15 +37,21 @@ def test_a_run_folder_held_by_a_live_process_is_neither_resumed_nor_shared(
     assert choose_run_dir(tmp_path, loaded.spec) == first  # released (as by a dead process): resumable
 
 
+# Killed at step 25, once the step-20 checkpoint is on disk (it is written in the background:
+# on a loaded machine the kill could otherwise land before the write, and the run would rightly
+# resume from step 10; what is tested is that nothing checkpointed or logged is lost).
 KILL_SCRIPT = """
-import os, signal, sys
+import os, signal, sys, time
 from tuner.spec import load_study
-from tuner.train import Callback, run_training
+from tuner.train import Callback, CheckpointCallback, run_training
 
 class KillAt(Callback):
     order = 100
     def on_train_step_end(self, loop):
         if loop.step == 25:
+            writer = next(c for c in loop.callbacks if isinstance(c, CheckpointCallback))
+            while writer.saved_step != 20:
+                time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
 
 loaded = load_study(sys.argv[1])
