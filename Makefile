@@ -23,7 +23,8 @@ $(VENV)/.installed: pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-# the playbook's procedure on the digits MLP; re-running continues (finished work is not redone)
+# the playbook's procedure on the digits MLP, then its report (and the HTML page's path);
+# re-running continues (finished work is not redone)
 demo: install
 	$(BIN)/tuner validate studies/digits-mlp.yaml
 	$(BIN)/tuner sweep-lr studies/digits-mlp.yaml --output-dir runs/demo
@@ -31,6 +32,7 @@ demo: install
 	$(BIN)/tuner run-round studies/digits-mlp.yaml --round 1 --trials 6 --output-dir runs/demo
 	$(BIN)/tuner run-round studies/digits-mlp.yaml --round 2 --output-dir runs/demo
 	$(BIN)/tuner estimate studies/digits-mlp.yaml --output-dir runs/demo
+	$(BIN)/tuner report studies/digits-mlp.yaml --output-dir runs/demo --html runs/demo/report.html
 
 lint: install
 	$(BIN)/ruff check tuner tests benchmarks

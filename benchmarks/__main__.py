@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import traceback
 
-from benchmarks import checkpoint_cost, cli_startup, loop_overhead, orchestration, procedure, storage_cost
+from benchmarks import (
+    checkpoint_cost,
+    cli_startup,
+    loop_overhead,
+    orchestration,
+    procedure,
+    report,
+    storage_cost,
+)
 from benchmarks._common import Result, load, print_table, stopwatch
 
-BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup, storage_cost, orchestration, procedure)
+BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup, storage_cost, orchestration, report, procedure)
 
 
 def main() -> int:

@@ -60,3 +60,16 @@ def atomic_write_json(path: str | Path, data: Any, *, durable: bool = True) -> N
     atomic_write_text(
         path, json.dumps(data, indent=2, sort_keys=True, allow_nan=True) + "\n", durable=durable
     )
+
+
+def write_output_file(path: str | Path, text: str) -> None:
+    """A file the user asked for (``--csv``, ``--html``), written atomically; a path that cannot
+    be written (a folder, no permission, a full disk) is one line (``UsageError``), not a crash."""
+    from tuner.errors import UsageError
+
+    if Path(path).is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder; give a file path")
+    try:
+        atomic_write_text(path, text)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None

@@ -142,11 +142,15 @@ def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
     args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
     command = start_tuner(*args)
     url = sqlite_url(output_dir)
-    _wait_for(
-        lambda: {"COMPLETE", "RUNNING"} <= {t.state.name for t in _trials(url)},
-        120,
-        "a finished and a running trial",
-    )
+
+    def finished_and_running_with_checkpoint() -> bool:
+        # a running trial past a checkpoint, so that its retry has a step to resume from
+        trials = _trials(url)
+        return any(t.state.name == "COMPLETE" for t in trials) and any(
+            t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in trials
+        )
+
+    _wait_for(finished_and_running_with_checkpoint, 120, "a finished trial, a checkpointed one")
     command.kill()  # the command only: its workers and their trials must go with it
     command.wait()
     _wait_for(lambda: not _processes_running(str(study)), 30, "the workers and trials to exit")

@@ -129,3 +129,42 @@ def test_derived_seeds_of_labels_with_the_same_characters_differ() -> None:
     assert derive_seed(0, "1") != derive_seed(0, 1)  # a label's type is part of it
     assert derive_seed(7, "data", 3) == derive_seed(7, "data", 3)  # and it is a pure function
     assert all(0 <= derive_seed(seed, "x") < 2**31 for seed in range(50))
+
+
+def test_imbalanced_data_records_each_evaluated_splits_class_counts(tmp_path: Path) -> None:
+    """For the report's minority-class counts and its check of a sampled train-split eval."""
+    import json
+
+    import yaml
+
+    from tuner.spec import load_study
+
+    study = {
+        "name": "imbalanced-counts",
+        "workload": {
+            "name": "imbalanced",
+            "options": {"n_examples": 400, "class_weights": [0.85, 0.1, 0.05]},
+        },
+        "objective": {"metric": "val/mcc", "direction": "maximize"},
+        "training": {
+            "batch_size": 32,
+            "max_train_steps": 4,
+            "eval_every": 2,
+            "train_eval_examples": 50,
+            "tensorboard": False,
+            "device": "cpu",
+        },
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    loaded = load_study(path)
+    run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    counts = status["class_counts"]
+    assert sum(counts["train"]) + sum(counts["val"]) == 400
+    assert sum(counts["train_eval_sample"]) == 50 and len(counts["train_eval_sample"]) == 3
+    assert counts["val"][0] > counts["val"][1] > counts["val"][2] > 0
+    # the correct counts at the last eval never exceed the examples of their class
+    last = status["last_eval"]
+    assert all(last[f"val/class_{k}_correct"] <= counts["val"][k] for k in range(3))
+    assert all(last[f"train/class_{k}_correct"] <= counts["train_eval_sample"][k] for k in range(3))

@@ -13,10 +13,8 @@ too, so they would not match the folders.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -26,6 +24,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from tuner._format import duration
 from tuner.cli._console import warning_line
 from tuner.orchestrate.budget import FAILURE_WARNING_RATE
 from tuner.orchestrate.progress import (
@@ -58,14 +57,6 @@ def trial_name(trial: Any, width: int = 0) -> str:
 def trial_label(trial: Any, width: int = 0) -> str:
     """``trial 3``, or ``trial 3 (retry 1)`` for the first retry of slot 3."""
     return f"trial {trial_name(trial, width)}"
-
-
-def shown_path(path: str | Path) -> str:
-    """A path as a user would type it here: relative to the current folder when inside it."""
-    try:
-        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else str(path)
-    except (OSError, ValueError):
-        return str(path)
 
 
 def headline(snapshot: PhaseSnapshot, phase: str, metric: str) -> str:
@@ -116,21 +107,6 @@ SHORT_NAMES = {  # parameter names as a row shows them (the last part of a dotte
     "warmup_steps": "warmup",
     "warmup_fraction": "warmup",
 }
-
-
-def duration(seconds: float) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m``, ``3d 04h``: as precise as a human reads an ETA."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
 
 
 def eta_text(progress: PhaseProgress) -> str:

@@ -19,6 +19,8 @@ from typer.core import TyperArgument, TyperCommand
 from tuner.cli import (
     estimate_cmd,
     init_cmd,
+    list_cmd,
+    report_cmd,
     run_round_cmd,
     smoke_cmd,
     sweep_lr_cmd,
@@ -108,6 +110,12 @@ app.command("worker", cls=TunerCommand, short_help="Join a running phase from he
 app.command("smoke", cls=TunerCommand, short_help="Every phase on a tiny budget (for CI).")(smoke_cmd.smoke)
 app.command("estimate", cls=TunerCommand, short_help="Estimate the search's cost and days.")(
     estimate_cmd.estimate
+)
+app.command("report", cls=TunerCommand, short_help="What the trials say, and what to change next.")(
+    report_cmd.report
+)
+app.command("list", cls=TunerCommand, short_help="Every study: the experiment-tracking table.")(
+    list_cmd.list_studies
 )
 
 

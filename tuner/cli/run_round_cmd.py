@@ -11,8 +11,9 @@ from rich.markup import escape
 
 from tuner.cli._console import err, error_line, out, plural
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, guarded
-from tuner.cli._phase_view import headline, shown_path, trial_label, trial_name
+from tuner.cli._phase_view import headline, trial_label, trial_name
 from tuner.errors import UsageError
+from tuner.output import shown_path
 
 if TYPE_CHECKING:
     from tuner.orchestrate.progress import PhaseSnapshot

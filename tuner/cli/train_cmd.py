@@ -8,14 +8,7 @@ import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
-
-
-def shown(path: Path) -> str:
-    """``path`` as the user would type it: relative to the current folder when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+from tuner.output import shown_path
 
 
 @guarded
@@ -54,7 +47,7 @@ def train(
 
     run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)
     if (run_dir / "checkpoints" / "latest.pt").exists():
-        err.print(f"resuming {shown(run_dir)}")
+        err.print(f"resuming {shown_path(run_dir)}")
     result = run_training(
         loaded.spec,
         run_dir,
@@ -64,7 +57,7 @@ def train(
         progress=progress,
     )
     metric = loaded.spec.objective.metric
-    out.print(f"run folder   {shown(result.run_dir)}")
+    out.print(f"run folder   {shown_path(result.run_dir)}")
     # target_reached: a callback's goal was met before max_train_steps, a normal end; say which
     status = f"target reached ({result.message})" if result.status == "target_reached" else result.status
     out.print(

@@ -59,7 +59,7 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
     """A worker never creates a storage: an SQLite file that does not exist is a wrong path
     (another --output-dir, a study file with another name), or, for a worker that ``run-round``
     started, one the command is about to create."""
-    from tuner.cli._phase_view import shown_path
+    from tuner.output import shown_path
 
     path = _sqlite_file(url)
     if path is None:

@@ -65,11 +65,13 @@ import math
 import statistics
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 from tuner.errors import UsageError
+from tuner.playbook.verdicts import Verdict
+from tuner.playbook.verdicts import jsonable as _jsonable
 
 LR_PARAM = "optimizer.lr"
 #: Half a decade: the default grid's step, as the playbook's LR sweeps use.
@@ -378,21 +380,6 @@ def _build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: _D
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A finding about the sweep: its numbers as fields, ``text`` in plain words, maybe ``advice``."""
-
-    kind: ClassVar[str] = "verdict"
-    text: str = field(default="", kw_only=True)
-    advice: str | None = field(default=None, kw_only=True)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind}
-        for f in fields(self):
-            out[f.name] = _jsonable(getattr(self, f.name))
-        return out
-
-
-@dataclass(frozen=True)
 class Recommendation(Verdict):
     kind: ClassVar[str] = "recommendation"
     steps: int
@@ -449,16 +436,6 @@ class Provisional(Verdict):
     kind: ClassVar[str] = "provisional"
     running: int
     pending: int
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, StrEnum):
-        return str(value)
-    return value
 
 
 def _lrs(lrs: Iterable[float]) -> str:

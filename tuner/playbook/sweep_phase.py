@@ -9,6 +9,7 @@ phase's trials become its input, and the recommendation is stored for later phas
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import SpecError, UsageError
@@ -98,26 +99,32 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
     return plan
 
 
-def sweep_trials(phase_study: Any) -> list[Any]:
-    """The phase's trials as ``SweepTrial``s (retried attempts left out)."""
-    from tuner.orchestrate import with_retries
+def sweep_trials(trials: Iterable[Any]) -> list[Any]:
+    """The phase's trials (Optuna ``FrozenTrial``s or ``StoredTrial``s) as ``SweepTrial``s,
+    retried attempts and duplicates left out."""
     from tuner.orchestrate.budget import DUPLICATE_ATTR
     from tuner.playbook.sweep_lr import sweep_trial_from_optuna
 
-    trials = with_retries(phase_study.get_trials, False)
     found = [sweep_trial_from_optuna(t) for t in trials if DUPLICATE_ATTR not in t.user_attrs]
     return [t for t in found if t is not None]
 
 
 def sweep_result(phase_study: Any, stored: StoredPlan, study_ref: str = "STUDY") -> SweepResult:
     """The table and verdicts of the phase's trials so far (``study_ref``: the file, for hints)."""
+    from tuner.orchestrate import with_retries
+
+    return sweep_result_of(with_retries(phase_study.get_trials, False), stored, study_ref)
+
+
+def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = "STUDY") -> SweepResult:
+    """``sweep_result`` from trials already read (the report reads them its own way)."""
     from tuner.playbook.sweep_lr import analyze_sweep
 
     assert stored.fit is not None
     grid = sorted({slot.values[LR_PARAM] for slot in stored.slots})
     seeds = 1 + max((slot.attrs.get("seed_index", 0) for slot in stored.slots), default=0)
     return analyze_sweep(
-        sweep_trials(phase_study),
+        sweep_trials(trials),
         grid=grid,
         max_steps=stored.trial_steps,
         eval_every=int(stored.config["training"]["eval_every"]),

@@ -20,11 +20,12 @@ from rich.console import Console
 from tuner._atomic import atomic_write_text
 from tuner._streams import PipeSafeConsole
 from tuner.errors import UsageError, WorkloadCodeError, WorkloadError
+from tuner.output import shown_path
 from tuner.spec import StudySpec
 from tuner.train.build import build_workload
 from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
 from tuner.train.data import StepBatches
-from tuner.train.evaluation import Evaluator, fixed_sample
+from tuner.train.evaluation import Evaluator, class_counts, fixed_sample
 from tuner.train.events import Callback, StopReason
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
 from tuner.train.loop import Trainer
@@ -35,7 +36,7 @@ from tuner.train.proxy import proxy_split
 from tuner.train.rng import derive_seed, seed_torch, trial_seeds
 from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
 from tuner.train.schedules import build_schedule
-from tuner.train.workload_errors import blame_workload, check_dataset_targets, shown_path
+from tuner.train.workload_errors import blame_workload, check_dataset_targets
 from tuner.workloads import IGNORE_INDEX, Workload
 
 
@@ -239,6 +240,7 @@ def _run(
             f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
             f"it computes: {', '.join(evaluator.output_names())}"
         )
+    split_classes = _split_class_counts(workload, evaluator) if "per_class" in workload.metrics else None
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
     callbacks: list[Callback] = [
         tracker,
@@ -299,6 +301,7 @@ def _run(
         direction=spec.objective.direction,
         last_eval=trainer.last_eval,
         validation=validation,
+        **({"class_counts": split_classes} if split_classes else {}),
     )
     return RunResult(
         run_dir,
@@ -312,3 +315,21 @@ def _run(
         dict(trainer.last_eval),
         validation,
     )
+
+
+def _split_class_counts(workload: Workload, evaluator: Evaluator) -> dict[str, list[int]]:
+    """Examples per class of each evaluated split, for imbalanced data (``status.json``'s
+    ``class_counts``): ``val`` (what validation used), ``train`` (the whole training split) and,
+    when the train split is scored on a sample (``train_eval_examples``), ``train_eval_sample``."""
+    counts: dict[str, list[int]] = {}
+    for name, dataset, indices in (
+        ("val", workload.eval_data, None),
+        ("train", workload.train_data, None),
+        ("train_eval_sample", workload.train_data, evaluator.subsets.get("train")),
+    ):
+        if name == "train_eval_sample" and indices is None:
+            continue
+        found = class_counts(dataset, workload.num_classes, indices)
+        if found is not None:
+            counts[name] = found
+    return counts

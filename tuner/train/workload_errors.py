@@ -21,6 +21,7 @@ import torch
 
 import tuner
 from tuner.errors import TunerError, WorkloadCodeError
+from tuner.output import shown_path
 from tuner.workloads import IGNORE_INDEX
 
 
@@ -45,12 +46,6 @@ def is_user_file(filename: str) -> bool:
     if "site-packages" in parts or "dist-packages" in parts:
         return False
     return not path.startswith(_not_user_code())
-
-
-def shown_path(filename: str) -> str:
-    """The file as the user would type it: relative to the current folder when inside it."""
-    relative = os.path.relpath(filename)
-    return filename if relative.startswith("..") else relative
 
 
 # How an exhausted allocator words it: CUDA ("CUDA out of memory"), the CPU allocator
@@ -123,17 +118,26 @@ def check_batch(logits: object, targets: torch.Tensor, num_classes: int) -> None
         )
 
 
+def integer_targets(dataset: object) -> torch.Tensor | None:
+    """A ``TensorDataset``'s targets, when they are class indices (readable at once, no item
+    loaded); None for any other dataset or for float/bool targets."""
+    from torch.utils.data import TensorDataset
+
+    if not isinstance(dataset, TensorDataset) or len(dataset.tensors) < 2:
+        return None
+    targets = dataset.tensors[1]
+    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
+        return None
+    return targets
+
+
 def check_dataset_targets(dataset: object, num_classes: int, split: str) -> None:
     """Every target of a ``TensorDataset`` at once (one vector op), so a bad label deep in the data
     is found before training rather than at whichever step first draws it; other datasets are
     checked batch by batch only in the first step (``check_batch``)."""
-    from torch.utils.data import TensorDataset
-
-    if not isinstance(dataset, TensorDataset) or len(dataset.tensors) < 2:
-        return
-    targets = dataset.tensors[1]
-    if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
-        return  # check_batch words this one, with the first batch in hand
+    targets = integer_targets(dataset)
+    if targets is None:
+        return  # not a TensorDataset; or float targets, which check_batch words with the first batch
     outside = targets[(targets != IGNORE_INDEX) & ((targets < 0) | (targets >= num_classes))]
     if outside.numel():
         raise WorkloadCodeError(

@@ -1,0 +1,219 @@
+"""Reading what a storage holds, fast and without writing: the phases of a study and their trials.
+
+The report and the tracking table read whole studies: tens of thousands of trials, each with
+dozens of attributes and intermediate values. Optuna's own ``load_study`` + ``get_trials`` builds
+a ``FrozenTrial`` (with every intermediate value) per trial through the ORM, about 14 s for
+10,000 trials of 50 evaluations; and ``RDBStorage`` creates its tables in an empty database,
+which a reader must never do. So this module reads Optuna's tables with plain SELECTs (the SQL
+is in ``_optuna_adapter``, the one module that knows Optuna's internals), loads intermediate
+values only for the trials asked for, and returns typed records. On a schema it does not know
+it falls back to Optuna's public API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import UsageError
+from tuner.orchestrate.storage import _normalise, _scrub, redact_url
+
+PHASE_SEPARATOR = "/"
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """One Optuna trial as the storage holds it (duck-compatible with ``FrozenTrial`` for the
+    attributes tuner's own readers use: ``number``, ``state``, ``value``, ``params``, ``user_attrs``)."""
+
+    number: int
+    state: str  # COMPLETE, FAIL, RUNNING, WAITING, PRUNED
+    value: float | None
+    params: dict[str, Any]
+    user_attrs: dict[str, Any]
+    datetime_start: datetime | None = None
+    datetime_complete: datetime | None = None
+
+    @property
+    def slot(self) -> int:
+        return int(self.user_attrs.get("slot", self.number))
+
+    @property
+    def attempt(self) -> int:
+        return int(self.user_attrs.get("attempt", 0))
+
+
+@dataclass(frozen=True)
+class StoredPhase:
+    """A phase (``<study>/<phase>`` in Optuna) with its attributes and trials."""
+
+    study: str
+    phase: str
+    direction: str  # minimize | maximize
+    user_attrs: dict[str, Any]
+    trials: list[StoredTrial] = field(default_factory=list)
+
+    @property
+    def optuna_name(self) -> str:
+        return f"{self.study}{PHASE_SEPARATOR}{self.phase}"
+
+
+def split_name(optuna_name: str) -> tuple[str, str] | None:
+    """``digits-mlp/round-1`` -> ``("digits-mlp", "round-1")``; None for a study tuner did not name."""
+    study, sep, phase = optuna_name.rpartition(PHASE_SEPARATOR)
+    return (study, phase) if sep and study and phase else None
+
+
+class StorageReader:
+    """Read-only access to a storage URL (``open_reader``); close it, or use it as a context."""
+
+    def __init__(self, url: str, engine: Any, fast: bool) -> None:
+        self.url, self.engine, self.fast = url, engine, fast
+        self._optuna_storage: Any = None
+
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> StorageReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            with self.engine.connect() as connection:
+                yield connection
+        except SQLAlchemyError as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UsageError(f"cannot read storage {self.shown_url}: {_scrub(first, self.url)}") from None
+
+    def _public(self) -> Any:
+        """Optuna's own storage, for a schema this module does not know (slow, but public API)."""
+        if self._optuna_storage is None:
+            from tuner.orchestrate.storage import open_storage
+
+            self._optuna_storage = open_storage(self.url)
+        return self._optuna_storage
+
+    # -- studies --------------------------------------------------------------------------------
+    def optuna_study_names(self) -> list[str]:
+        """Every Optuna study in the storage, in creation order."""
+        if not self.fast:
+            return [s.study_name for s in self._public().get_all_studies()]
+        from tuner.orchestrate import _optuna_adapter as adapter
+
+        with self._connection() as connection:
+            return adapter.select_study_names(connection)
+
+    def studies(self) -> dict[str, list[str]]:
+        """tuner studies -> their phases, in the order the phases were created."""
+        found: dict[str, list[str]] = {}
+        for name in self.optuna_study_names():
+            parts = split_name(name)
+            if parts is not None:
+                found.setdefault(parts[0], []).append(parts[1])
+        return found
+
+    def read_phase(self, study: str, phase: str) -> StoredPhase | None:
+        """The phase with its trials (no intermediate values: see ``intermediate_values``)."""
+        name = f"{study}{PHASE_SEPARATOR}{phase}"
+        if not self.fast:
+            return self._read_public(study, phase)
+        from tuner.orchestrate import _optuna_adapter as adapter
+
+        with self._connection() as connection:
+            header = adapter.select_study(connection, name)
+            if header is None:
+                return None
+            study_id, direction, attrs = header
+            trials = [StoredTrial(**row) for row in adapter.select_trials(connection, study_id)]
+        return StoredPhase(study, phase, direction, attrs, trials)
+
+    def intermediate_values(
+        self, study: str, phase: str, numbers: Iterable[int]
+    ) -> dict[int, dict[int, float]]:
+        """Trial number -> {step: value} for the trials ``numbers`` of the phase."""
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return {}
+        name = f"{study}{PHASE_SEPARATOR}{phase}"
+        if not self.fast:
+            import optuna
+
+            loaded = optuna.load_study(study_name=name, storage=self._public())
+            trials = loaded.get_trials(deepcopy=False)
+            return {t.number: dict(t.intermediate_values) for t in trials if t.number in set(wanted)}
+        from tuner.orchestrate import _optuna_adapter as adapter
+
+        with self._connection() as connection:
+            header = adapter.select_study(connection, name)
+            if header is None:
+                return {}
+            return adapter.select_intermediate_values(connection, header[0], wanted)
+
+    def _read_public(self, study: str, phase: str) -> StoredPhase | None:
+        import optuna
+
+        try:
+            loaded = optuna.load_study(study_name=f"{study}{PHASE_SEPARATOR}{phase}", storage=self._public())
+        except KeyError:
+            return None
+        trials = [
+            StoredTrial(
+                number=t.number,
+                state=t.state.name,
+                value=t.value,
+                params=dict(t.params),
+                user_attrs=dict(t.user_attrs),
+                datetime_start=t.datetime_start,
+                datetime_complete=t.datetime_complete,
+            )
+            for t in loaded.get_trials(deepcopy=False)
+        ]
+        return StoredPhase(study, phase, loaded.direction.name.lower(), dict(loaded.user_attrs), trials)
+
+
+def open_reader(url: str) -> StorageReader:
+    """A reader of ``url``. An SQLite file that does not exist is refused (a reader creates
+    nothing); an unreachable server or a database without Optuna's tables is one clear line."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuner.orchestrate import _optuna_adapter as adapter
+
+    normalised = _normalise(url)
+    if normalised.startswith("sqlite:///"):
+        path = normalised.split("sqlite:///", 1)[1]
+        if not path or path == ":memory:" or not Path(path).is_file():
+            raise UsageError(
+                f"no study storage at {path or url}: nothing has run there (check --output-dir / --storage)"
+            )
+    try:
+        engine = create_engine(normalised, **_read_engine_kwargs(normalised))
+        with engine.connect() as connection:
+            known = adapter.schema_known(connection)
+    except (SQLAlchemyError, ImportError, ValueError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UsageError(f"cannot read storage {redact_url(url)}: {_scrub(first, url)}") from None
+    if known is None:
+        engine.dispose()
+        raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")
+    return StorageReader(url, engine, fast=known)
+
+
+def _read_engine_kwargs(url: str) -> Mapping[str, Any]:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": 60}}
+    return {"pool_pre_ping": True}

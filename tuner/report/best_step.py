@@ -1,0 +1,290 @@
+"""Best-step position: where in training each trial's best checkpoint was.
+
+The playbook's rule (section "Deciding how long to train"): best checkpoints consistently in the
+first 10% of training mean ``max_train_steps`` is too high (the rest of each run is wasted);
+consistently in the last 25% mean the runs were still improving: train longer and retune the
+decay. "Consistently" is ``CONSISTENT``: at least 3 of the 5 best trials and at least half of all
+completed trials.
+
+A trial's best step is only known to the resolution of ``eval_every``: when the first eval
+comes after 10% of training, "the first 10%" cannot be seen, and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tuner.playbook.phases import round_number
+from tuner.report.findings import Finding, Level, Suggestion, pct
+from tuner.report.study_data import PhaseData, TrialSlot
+
+EARLY = 0.10  # best step <= 10% of max_train_steps
+LATE = 0.75  # best step > 75%: in the last 25%
+TOP = 5
+TOP_NEEDED = 3
+MIN_TRIALS = 3
+EARLY_GROWTH = 2.0  # suggested length: 2 x the latest early best step among the top trials
+LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
+CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
+HISTOGRAM_BINS = 10
+
+
+@dataclass(frozen=True)
+class BestStepEarly(Finding):
+    kind: ClassVar[str] = "best_step_early"
+    early_top: int
+    top: int
+    early_all: int
+    completed: int
+    suggested_trial_steps: int
+    suggested_max_train_steps: int | None
+
+
+@dataclass(frozen=True)
+class BestStepLate(Finding):
+    kind: ClassVar[str] = "best_step_late"
+    late_top: int
+    top: int
+    late_all: int
+    completed: int
+    short_round: bool  # the phase trains shorter trials than production on purpose (round 1)
+    suggested_max_train_steps: int | None
+
+
+@dataclass(frozen=True)
+class BestStepFine(Finding):
+    kind: ClassVar[str] = "best_step_ok"
+    median_position: float
+    early_all: int
+    late_all: int
+    completed: int
+
+
+@dataclass(frozen=True)
+class BestStepUnknown(Finding):
+    kind: ClassVar[str] = "best_step_too_few"
+    completed: int
+    needed: int
+
+
+@dataclass(frozen=True)
+class BestStepCoarse(Finding):
+    """The first eval is after 10% of training: a best step in the first 10% cannot be observed."""
+
+    kind: ClassVar[str] = "best_step_coarse"
+    eval_every: int
+    trial_steps: int
+    first_eval_position: float
+
+
+@dataclass
+class BestStepResult:
+    positions: list[tuple[int, float]]  # (slot, best_step / max_train_steps), best trial first
+    histogram: list[int]  # HISTOGRAM_BINS counts over [0, 1]
+    findings: list[Finding] = field(default_factory=list)
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        values = [p for _, p in self.positions]
+        return {
+            "rule": f"early: best step <= {EARLY:.0%} of max_train_steps; late: > {LATE:.0%}; "
+            f"consistently: {CONSISTENT}",
+            "positions": [{"trial": slot, "position": position} for slot, position in self.positions],
+            "median": statistics.median(values) if values else None,
+            "histogram": self.histogram,
+            "verdicts": [f.to_json() for f in self.findings],
+        }
+
+
+def _round_up(steps: float, multiple: int) -> int:
+    return max(multiple, math.ceil(steps / multiple - 1e-9) * multiple)
+
+
+def _production(phase: PhaseData) -> int | None:
+    return phase.plan.max_train_steps if phase.plan is not None else None
+
+
+def diagnose_best_step(phase: PhaseData) -> BestStepResult:
+    """Best-step positions of the phase's completed trials, and the playbook's verdict on them."""
+    ranked = [s for s in phase.completed if s.position is not None]
+    positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
+    histogram = [0] * HISTOGRAM_BINS
+    for _, position in positions:
+        histogram[min(HISTOGRAM_BINS - 1, int(position * HISTOGRAM_BINS))] += 1
+    result = BestStepResult(positions, histogram)
+    eval_every, trial_steps = phase.eval_every, phase.trial_steps
+    if eval_every and trial_steps and eval_every / trial_steps > EARLY:
+        result.findings.append(
+            BestStepCoarse(
+                eval_every=eval_every,
+                trial_steps=trial_steps,
+                first_eval_position=eval_every / trial_steps,
+                level=Level.INFO,
+                text=f"the first eval is at step {eval_every} of {trial_steps} "
+                f"({pct(eval_every / trial_steps)} of training), so a best step in the first 10% "
+                "cannot be seen",
+                advice=f"lower training.eval_every (e.g. to {max(1, trial_steps // 20)}) for a finer answer",
+            )
+        )
+    if len(ranked) < MIN_TRIALS:
+        result.findings.append(
+            BestStepUnknown(
+                completed=len(ranked),
+                needed=MIN_TRIALS,
+                level=Level.INFO,
+                text=f"{len(ranked)} completed trials with a recorded best step: too few to judge where "
+                f"best steps fall (needs {MIN_TRIALS})",
+            )
+        )
+        return result
+    _verdict(phase, ranked, result)
+    return result
+
+
+def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) -> None:
+    values = [float(s.position) for s in ranked if s.position is not None]
+    top = values[:TOP]
+    needed_top = min(TOP_NEEDED, len(top))
+    early_top, early_all = sum(p <= EARLY for p in top), sum(p <= EARLY for p in values)
+    late_top, late_all = sum(p > LATE for p in top), sum(p > LATE for p in values)
+    half = len(values) / 2
+    trial_steps = phase.trial_steps or ranked[0].max_train_steps or 0
+    production = _production(phase)
+    eval_every = phase.eval_every or 1
+    numbers = f"{early_top} of the top {len(top)}, {early_all} of {len(values)} completed"
+    if early_top >= needed_top and early_all >= half:
+        # the latest of the early best steps: a top trial that peaked late is not what the cut is for
+        latest = max(s.best_step or 0 for s in ranked[:TOP] if (s.position or 0.0) <= EARLY)
+        floor = _schedule_floor(phase)  # the schedule's segments in steps must still fit
+        suggested = _round_up(max(EARLY_GROWTH * latest, floor), eval_every)
+        scaled = _scale(production, suggested, trial_steps, eval_every)
+        if scaled is not None:
+            scaled = max(scaled, _round_up(floor, eval_every))
+        advice = (
+            f"train {suggested} steps instead of {trial_steps} ({EARLY_GROWTH:g} x the latest early best "
+        )
+        advice += f"step among the top {len(top)}, {latest}, rounded up to eval_every"
+        advice += (
+            f"; at least the {floor} steps the schedule needs)" if suggested > EARLY_GROWTH * latest else ")"
+        )
+        if scaled is not None and production is not None and production != trial_steps:
+            advice += f": max_train_steps {production} -> {scaled} (the same ratio)"
+        if suggested >= trial_steps:  # the schedule's own segments keep the run this long
+            advice = (
+                f"shorten the schedule's segments given in steps ({floor} steps in all), then "
+                "max_train_steps with them"
+            )
+            scaled = None
+        result.findings.append(
+            BestStepEarly(
+                early_top=early_top,
+                top=len(top),
+                early_all=early_all,
+                completed=len(values),
+                suggested_trial_steps=suggested,
+                suggested_max_train_steps=scaled,
+                level=Level.WARNING,
+                rule=f"best step <= {EARLY:.0%} of max_train_steps in {CONSISTENT}",
+                text=f"max_train_steps is too high: best checkpoints come in the first 10% of training "
+                f"({numbers}); the rest of each run is wasted",
+                advice=advice,
+            )
+        )
+        reason = f"best steps in the first 10% of training in {numbers} trials ({phase.phase})"
+        if scaled is not None:
+            result.suggestions.append(Suggestion(("training", "max_train_steps"), production, scaled, reason))
+        round_steps = _round_steps_key(phase)
+        if round_steps is not None and suggested < trial_steps:
+            result.suggestions.append(Suggestion(round_steps, trial_steps, suggested, reason))
+        return
+    if late_top >= needed_top and late_all >= half:
+        numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
+        short = production is not None and trial_steps < production
+        suggested: int | None = None
+        if short:  # short trials by design (round 1): not a verdict on the production length
+            level = Level.INFO
+            text = (
+                f"{phase.phase}'s trials were still improving when they ended ({numbers} have their best "
+                f"step in the last 25%): expected of short trials ({trial_steps} of {production} steps), "
+                "but their ranking may not hold at full length"
+            )
+            advice = (
+                "check the transfer to the next round (in its section, once it has run); if it is poor, "
+                f"lengthen this round ({phase.round_key}.length_fraction)"
+            )
+        else:
+            suggested = _round_up(LATE_GROWTH * trial_steps, eval_every)
+            level = Level.WARNING
+            text = (
+                f"training may be too short: best checkpoints come in the last 25% of training ({numbers}); "
+                "the runs were still improving"
+            )
+            advice = (
+                f"train longer (max_train_steps {trial_steps} -> {suggested}, {LATE_GROWTH:g}x) and retune "
+                "the decay; a schedule that decays to 0 at the end pulls the best step there too, so compare "
+                "a longer run before committing to it"
+            )
+        result.findings.append(
+            BestStepLate(
+                late_top=late_top,
+                top=len(top),
+                late_all=late_all,
+                completed=len(values),
+                short_round=short,
+                suggested_max_train_steps=suggested,
+                level=level,
+                rule=f"best step > {LATE:.0%} of max_train_steps in {CONSISTENT}",
+                text=text,
+                advice=advice,
+            )
+        )
+        if suggested is None:
+            return
+        reason = f"best steps in the last 25% of training in {numbers} trials ({phase.phase})"
+        result.suggestions.append(Suggestion(("training", "max_train_steps"), trial_steps, suggested, reason))
+        return
+    median = statistics.median(values)
+    result.findings.append(
+        BestStepFine(
+            median_position=median,
+            early_all=early_all,
+            late_all=late_all,
+            completed=len(values),
+            level=Level.OK,
+            rule=f"neither early (<= {EARLY:.0%}) nor late (> {LATE:.0%}) in {CONSISTENT}",
+            text=f"max_train_steps looks right: best steps spread over training (median at "
+            f"{pct(median)}; {early_all} in the first 10%, {late_all} in the last 25%, of "
+            f"{len(values)} completed)",
+        )
+    )
+
+
+def _round_steps_key(phase: PhaseData) -> tuple[str, ...] | None:
+    """``("rounds", "round1", "steps")`` when the phase's length is set in steps (not a fraction)."""
+    number = round_number(phase.phase)
+    if number is None or phase.plan is None:
+        return None
+    key = f"round{number}"
+    spec = phase.plan.config.get("rounds", {}).get(key) or {}
+    return ("rounds", key, "steps") if spec.get("steps") is not None else None
+
+
+def _schedule_floor(phase: PhaseData) -> int:
+    """The fewest steps the study's schedule fits in: its segments given in steps, plus one step
+    for each segment that takes a fraction or the rest (a shorter run would be refused)."""
+    if phase.plan is None:
+        return 1
+    segments = phase.plan.config.get("training", {}).get("schedule") or []
+    return max(1, sum(int(s.get("steps") or 1) for s in segments if isinstance(s, dict)))
+
+
+def _scale(production: int | None, suggested: int, trial_steps: int, eval_every: int) -> int | None:
+    """The production length with the same cut as the phase's trials (round 1 runs a fraction)."""
+    if production is None or not trial_steps:
+        return None
+    if production == trial_steps:
+        return suggested
+    return _round_up(production * suggested / trial_steps, eval_every)

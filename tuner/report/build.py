@@ -1,0 +1,142 @@
+"""The whole report of a study: every diagnostic of every phase, and the suggested next study.
+
+``build_report`` only reads (the storage through ``study_data``, run folders through
+``run_folders``); the renderers (terminal, JSON, CSV, HTML) and ``--write-next`` take its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.report.best_step import BestStepResult, diagnose_best_step
+from tuner.report.best_trial import BestTrial, best_trial
+from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
+from tuner.report.field_values import field_checker
+from tuner.report.findings import Finding, Level, Suggestion
+from tuner.report.health import HealthResult, diagnose_health
+from tuner.report.imbalance import ImbalanceResult, diagnose_imbalance
+from tuner.report.run_folders import Unreadable
+from tuner.report.study_data import PhaseData, StudyData
+from tuner.report.transfer import TransferResult, diagnose_transfer
+
+SCHEMA = "tuner.report/1"
+
+
+@dataclass
+class PhaseReport:
+    data: PhaseData
+    health: HealthResult
+    best_step: BestStepResult | None = None
+    boundaries: BoundaryResult | None = None
+    transfer: TransferResult | None = None
+    sweep: Any = None  # tuner.playbook.sweep_lr.SweepResult
+    imbalance: ImbalanceResult | None = None
+    best: BestTrial | None = None
+    next_steps: list[str] = field(default_factory=list)
+
+    @property
+    def phase(self) -> str:
+        return self.data.phase
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding of the phase, in the order the report prints them."""
+        found: list[Finding] = []
+        for part in (self.best_step, self.boundaries, self.health, self.transfer, self.imbalance):
+            if part is not None:
+                found += part.findings
+        return found
+
+    @property
+    def unreadable(self) -> list[Unreadable]:
+        missing: list[Unreadable] = []
+        for part in (self.best, self.imbalance):
+            if part is not None:
+                missing += [u for u in part.unreadable if u not in missing]
+        return missing
+
+    @property
+    def suggestions(self) -> list[Suggestion]:
+        return [
+            *(self.best_step.suggestions if self.best_step else []),
+            *(self.boundaries.suggestions if self.boundaries else []),
+        ]
+
+
+@dataclass
+class StudyReport:
+    study: str
+    storage: str
+    phases: list[PhaseReport]  # latest first
+
+    @property
+    def suggestions(self) -> list[Suggestion]:
+        """What ``--write-next`` applies: ``max_train_steps`` from the latest phase that judged the
+        best step, ranges from the latest phase that searched (a later, longer round overrules an
+        earlier one; a round of fixed points says nothing about ranges)."""
+        chosen: list[Suggestion] = []
+        judged_length = judged_ranges = False
+        for report in self.phases:
+            if report.best_step is not None and not judged_length and _judged(report.best_step.findings):
+                judged_length = True
+                chosen += report.best_step.suggestions
+            if report.boundaries is not None and not judged_ranges and _judged(report.boundaries.findings):
+                judged_ranges = True
+                chosen += report.boundaries.suggestions
+        return chosen
+
+    def to_json(self) -> dict[str, Any]:
+        from tuner.report.json_output import report_json
+
+        return report_json(self)
+
+
+def _judged(findings: list[Finding]) -> bool:
+    """A diagnostic reached a verdict (not only "too few trials" or a note)."""
+    return any(f.level in (Level.OK, Level.WARNING) for f in findings)
+
+
+def build_report(data: StudyData) -> StudyReport:
+    """Every diagnostic of every phase of ``data`` (already read: ``read_study``)."""
+    reports = [_phase_report(data, phase) for phase in data.phases]
+    return StudyReport(data.study, data.storage, reports)
+
+
+def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
+    report = PhaseReport(phase, diagnose_health(phase, trend=phase.searched))
+    if phase.kind == "sweep-lr":
+        report.sweep = _sweep(phase)
+    else:
+        report.best_step = diagnose_best_step(phase)
+    if phase.searched and phase.plan is not None:
+        report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config))
+    if phase.plan is not None and phase.plan.source_phase is not None:
+        report.transfer = diagnose_transfer(phase, data.phase(phase.plan.source_phase))
+    report.imbalance = diagnose_imbalance(phase)
+    report.best = best_trial(phase)
+    report.next_steps = _next_steps(report)
+    return report
+
+
+def _sweep(phase: PhaseData) -> Any:
+    from tuner.playbook.sweep_phase import sweep_result_of
+
+    if phase.plan is None or phase.plan.fit is None:
+        return None
+    trials = [trial for slot in phase.slots for trial in slot.attempts]
+    return sweep_result_of(trials, phase.plan, study_ref=phase.study_file or "STUDY")
+
+
+def _next_steps(report: PhaseReport) -> list[str]:
+    """What to do next, in plain words: the advice of every warning, most urgent first (failures,
+    then the search space, the length, the transfer); else where the search stands."""
+    urgent_first = (report.health, report.boundaries, report.best_step, report.transfer, report.imbalance)
+    findings = [f for part in urgent_first if part is not None for f in part.findings]
+    steps = [f.advice for f in findings if f.level is Level.WARNING and f.advice]
+    if not steps and report.health.trend in ("improving", "plateaued", "slowing"):
+        progress = [f.advice for f in report.health.findings if f.kind == "progress" and f.advice]
+        steps += progress
+    if not steps and report.data.completed:
+        steps.append("nothing to change: this phase's verdicts are all fine")
+    return list(dict.fromkeys(steps))

@@ -1,0 +1,93 @@
+"""``tuner report --json``: every verdict with its numbers, under a stable, versioned schema.
+
+Keys are only ever added within a schema version (``"schema": "tuner.report/1"``); floats that are
+NaN or infinite become ``null``. Schema::
+
+    {
+      "schema": "tuner.report/1",
+      "study": str, "storage": str,          # the storage URL, password masked
+      "phases": [                            # latest first
+        {
+          "phase": str, "kind": "sweep-lr" | "round" | "other",
+          "metric": str, "direction": "minimize" | "maximize",
+          "trial_steps": int|null, "max_train_steps": int|null, "searched": bool,
+          "counts": {"complete", "stopped", "diverged", "failed", "running", "waiting": int},
+          "attempts": int,                   # Optuna trials, retries included
+          "best_step": null | {"rule", "positions": [{"trial", "position"}], "median",
+                               "histogram": [10 ints over 0..1], "verdicts": [...]},
+          "boundaries": null | {"rule", "top_k", "verdicts": [...]},
+          "health": {"counts", "failure_reasons": {reason: n}, "attempts", "rule",
+                     "best_so_far": [{"trial", "value", "best"}], "verdicts": [...]},
+          "transfer": null | {"source_phase", "points": [{"source_trial", "source_value", "value",
+                              "seeds", "source_rank", "rank"}], "verdicts": [...]},
+          "sweep_lr": null | {... tuner sweep-lr --json's "rows", "verdicts", ...},
+          "imbalance": null | {"trial", "step", "minority_rule", "classes": [{"split", "class",
+                               "examples", "share", "correct", "recall", "minority"}], "verdicts"},
+          "best_trial": null | {"phase", "trial", "metric", "direction", "value", "best_step",
+                                "max_train_steps", "params", "run_dir", "checkpoint",
+                                "checkpoint_on_this_machine", "checkpoint_problem", "reproduce",
+                                "attempts", "train_s", "git_commit", "git_dirty"},
+          "next_steps": [str],
+          "unreadable": [{"path", "problem"}]   # run-folder files the report could not read
+        }
+      ],
+      "suggestions": [{"key", "path", "old", "new", "drop", "reason"}]   # what --write-next applies
+    }
+
+Every verdict is ``{"kind", "level": "warning"|"ok"|"info", "text", "advice", "rule", ...its
+numbers}``; the kinds: ``best_step_early``, ``best_step_late``, ``best_step_ok``,
+``best_step_too_few``, ``best_step_coarse``; ``range_edge``, ``divergence_frontier``,
+``range_edge_at_field_limit``, ``range_ok``, ``ranges_too_few``, ``categorical_never_tried``,
+``categorical_never_won``, ``categorical_one_value``; ``failure_rate``, ``divergence_region``,
+``diverged_scattered``, ``progress`` (``trend``: improving, slowing, plateaued, too_few);
+``rank_correlation`` (``quality``: good, weak, reversed, too_few), ``source_too_short``,
+``lr_multiplier``; ``minority_few_examples``, ``minority_counts``, ``train_sample_skew``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tuner.playbook.verdicts import jsonable
+
+if TYPE_CHECKING:
+    from tuner.report.build import PhaseReport, StudyReport
+
+
+def report_json(report: StudyReport) -> dict[str, Any]:
+    from tuner.report.build import SCHEMA
+
+    return {
+        "schema": SCHEMA,
+        "study": report.study,
+        "storage": report.storage,
+        "phases": [_phase(p) for p in report.phases],
+        "suggestions": [s.to_json() for s in report.suggestions],
+    }
+
+
+def _phase(report: PhaseReport) -> dict[str, Any]:
+    data = report.data
+    plan = data.plan
+    return jsonable(
+        {
+            "phase": data.phase,
+            "kind": data.kind,
+            "metric": data.metric,
+            "direction": data.direction,
+            "trial_steps": data.trial_steps,
+            "max_train_steps": plan.max_train_steps if plan is not None else None,
+            "searched": data.searched,
+            "counts": report.health.counts,
+            "attempts": data.attempts,
+            "best_step": report.best_step,
+            "boundaries": report.boundaries,
+            "health": report.health,
+            "transfer": report.transfer,
+            "sweep_lr": report.sweep,
+            "imbalance": report.imbalance,
+            "best_trial": report.best,
+            "next_steps": report.next_steps,
+            "unreadable": report.unreadable,
+        }
+    )
