@@ -89,6 +89,13 @@ class TrainingSpec(_Model):
     # proxy split); the real validation set is then not looked at.
     proxy_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
     augment: bool = True  # the workload's augmentation (sweep-lr switches it off)
+    # one trial (and `tuner train`) as N processes with DistributedDataParallel; batch_size stays
+    # the global batch, split evenly across them
+    processes_per_trial: PositiveInt = 1
+    sync_batch_norm: bool = False  # SyncBatchNorm in the forward pass (only with processes_per_trial > 1)
+    # DataLoader worker processes producing the step-indexed batches (0: on the training thread)
+    data_workers: NonNegativeInt = 0
+    prefetch_batches: PositiveInt = 2  # batches each data worker prepares ahead
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     schedule: list[ScheduleSegment] = Field(
         default_factory=lambda: [ScheduleSegment(shape="constant")], min_length=1
@@ -101,6 +108,15 @@ class TrainingSpec(_Model):
         if len(open_segments) > 1:
             raise ValueError("at most one segment may leave out steps/fraction (it takes the rest)")
         return segments
+
+    @model_validator(mode="after")
+    def _batch_splits_across_processes(self) -> TrainingSpec:
+        if self.batch_size % self.processes_per_trial:
+            raise ValueError(
+                f"batch_size {self.batch_size} is the global batch and must split evenly across "
+                f"processes_per_trial {self.processes_per_trial} (each process trains on an equal share)"
+            )
+        return self
 
     @property
     def resolved_eval_batch_size(self) -> int:
