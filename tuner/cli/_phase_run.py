@@ -131,6 +131,7 @@ def run_phase(
         devices=gpus,
         max_parallel=request.budget.get("max_parallel") or (round_spec.parallel if round_spec else None),
         budget=budget or 10**6,
+        processes_per_trial=spec.training.processes_per_trial,
     )
     if gpus:
         check_devices(gpus)  # before anything is created: a refused run leaves nothing behind

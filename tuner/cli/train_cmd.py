@@ -55,6 +55,7 @@ def train(
         console=err,
         command=reproduce_command(path, {}, None, output_dir, set_),  # no trial values
         progress=progress,
+        start_method="fork",  # no torch operation has run in this process: ranks fork safely
     )
     metric = loaded.spec.objective.metric
     out.print(f"run folder   {shown_path(result.run_dir)}")

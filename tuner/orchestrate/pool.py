@@ -71,22 +71,45 @@ def check_devices(devices: Sequence[str], option: str = "--devices") -> None:
 
 
 def local_workers(
-    *, workers: int | None, devices: Sequence[str] | None, max_parallel: int | None, budget: int
+    *,
+    workers: int | None,
+    devices: Sequence[str] | None,
+    max_parallel: int | None,
+    budget: int,
+    processes_per_trial: int = 1,
 ) -> list[LocalWorker]:
-    """The workers to start here.
+    """The workers to start here; each trains one trial at a time, as ``processes_per_trial``
+    processes (the phase's parallelism counts trials, not processes).
 
-    ``--devices 0,1`` -> one per listed GPU; ``--workers N`` -> N CPU workers sharing the cores;
-    neither -> one per visible GPU, else one per core (capped by ``max_parallel`` and the budget).
+    ``--devices 0,1`` -> one per listed GPU (with N processes per trial: one per N GPUs,
+    ``--devices 0,1,2,3`` and N=2 give workers on GPUs 0,1 and 2,3); ``--workers N`` -> N CPU
+    workers sharing the cores (each trial's processes share its worker's); neither -> one per
+    visible GPU (or N of them), else one per core (or N cores), capped by ``max_parallel`` and
+    the budget.
     """
     if workers is not None and devices:
         raise UsageError("give --workers (CPU) or --devices (GPUs), not both")
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
+    per = processes_per_trial
+    given = bool(devices)
     gpus = list(devices) if devices else ([] if workers is not None else _visible_gpus())
     if gpus:
-        return [LocalWorker(f"cuda{gpu}", {"CUDA_VISIBLE_DEVICES": gpu}) for gpu in gpus]
+        if given and len(gpus) % per:
+            raise UsageError(
+                f"--devices {','.join(gpus)}: {len(gpus)} GPUs do not split into trials of "
+                f"processes_per_trial={per} GPUs each; list a multiple of {per}"
+            )
+        groups = [gpus[start : start + per] for start in range(0, len(gpus) - per + 1, per)]
+        if not groups:
+            raise UsageError(f"processes_per_trial={per} needs {per} GPUs; this machine shows {len(gpus)}")
+        return [
+            LocalWorker("cuda" + "-".join(group), {"CUDA_VISIBLE_DEVICES": ",".join(group)})
+            for group in groups
+        ]
     cores = os.cpu_count() or 1
-    count = workers if workers is not None else min(cores, max_parallel or cores, budget)
+    slots = max(1, cores // per)
+    count = workers if workers is not None else min(slots, max_parallel or slots, budget)
     threads = max(1, cores // count)
     return [
         LocalWorker(f"cpu{index}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}, threads)

@@ -10,7 +10,6 @@ worker through a pipe, and the worker does every storage write.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import signal
@@ -21,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner._lifetime import die_with_parent
 from tuner.errors import TunerError
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
 from tuner.spec import StudySpec
-
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -62,21 +60,6 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
         import torch.profiler._cupti_monitor  # noqa: F401
 
     import tuner.train.run  # noqa: F401  (the whole engine)
-
-
-def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) -> None:
-    """Linux: deliver ``sig`` to this process when its parent dies (no orphan keeps training).
-
-    The request only covers a death that happens after it: a parent (``parent_pid``, the pid
-    it had before forking us) already gone by then would never signal, so that is checked after.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF still stops the child at its next report
-        pass
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os.kill(os.getpid(), sig)
 
 
 def _reporter(connection: Any, metric: str) -> Any:
@@ -148,6 +131,12 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
 
     if threads:
         torch.set_num_threads(threads)
+    if job.spec.training.processes_per_trial > 1:
+        # the ranks are our children, and multiprocessing forbids a daemonic process children;
+        # the flag only mattered to our parent's exit, and die_with_parent covers that
+        import multiprocessing
+
+        multiprocessing.current_process().daemon = False
     started = time.perf_counter()
     own = job.extra_callbacks() if job.extra_callbacks is not None else []
     try:
@@ -161,11 +150,19 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
             progress=False,
             stop_signals=(signal.SIGTERM,),
             lock_wait_s=60.0,
+            start_method="fork",  # this process has run no torch operation: ranks fork safely
         )
     except BaseException as error:
+        from tuner.train import RankKilled
         from tuner.train.workload_errors import is_out_of_memory
 
-        reason = FailureReason.OOM if is_out_of_memory(error) else FailureReason.CRASHED
+        if isinstance(error, RankKilled):
+            # a rank killed (kill -9, the OOM killer) is this trial killed: die the same way, and
+            # the worker records it as it would a single-process trial's death
+            sys.stderr.flush()
+            os.kill(os.getpid(), error.signum)
+        oom = is_out_of_memory(error) or getattr(error, "out_of_memory", False)
+        reason = FailureReason.OOM if oom else FailureReason.CRASHED
         # tuner's own errors (e.g. "the workload raised KeyError ... at my_workload.py:7") say
         # what they are; a class name in front would only repeat it
         text = str(error) if isinstance(error, TunerError) else f"{type(error).__name__}: {error}"

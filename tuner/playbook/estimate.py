@@ -272,12 +272,23 @@ def planned_phases(spec: StudySpec) -> list[PhaseLength]:
 
 
 def plan_workers(
-    *, workers: int | None, devices: Sequence[str] | None, max_parallel: int | None, budget: int
+    *,
+    workers: int | None,
+    devices: Sequence[str] | None,
+    max_parallel: int | None,
+    budget: int,
+    processes_per_trial: int = 1,
 ) -> Workers:
     """What ``run-round`` would start for a phase of ``budget`` trials."""
     from tuner.orchestrate import local_workers
 
-    chosen = local_workers(workers=workers, devices=devices, max_parallel=max_parallel, budget=budget)
+    chosen = local_workers(
+        workers=workers,
+        devices=devices,
+        max_parallel=max_parallel,
+        budget=budget,
+        processes_per_trial=processes_per_trial,
+    )
     gpu = any(worker.label.startswith("cuda") for worker in chosen)
     return Workers(
         [worker.label for worker in chosen],
@@ -478,7 +489,10 @@ def estimate(
     spec = loaded.spec
     # the widest phase decides the workers the probe is timed with (run-round starts them all)
     budget = max(p.trials for p in planned_phases(spec))
-    widest = plan_workers(workers=workers, devices=devices, max_parallel=None, budget=budget)
+    per = spec.training.processes_per_trial
+    widest = plan_workers(
+        workers=workers, devices=devices, max_parallel=None, budget=budget, processes_per_trial=per
+    )
     if devices:
         check_devices(devices)  # before anything is read or timed
     storage = open_existing_storage(storage_url)
@@ -501,7 +515,11 @@ def estimate(
     phases = []
     for length in lengths:
         chosen = plan_workers(
-            workers=workers, devices=devices, max_parallel=length.parallel_cap, budget=length.trials
+            workers=workers,
+            devices=devices,
+            max_parallel=length.parallel_cap,
+            budget=length.trials,
+            processes_per_trial=per,
         )
         # the round's `parallel` caps trials at once over all workers, whatever their number
         parallel = min(len(chosen.labels), length.parallel_cap or length.trials, length.trials)

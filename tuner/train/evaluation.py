@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tuner.train.data import fetch
+from tuner.train.distributed import SINGLE, Ranks, eval_shard, sum_across_ranks_
 from tuner.train.metrics import MetricAccumulator
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -44,7 +45,11 @@ class Evaluator:
         device: torch.device | str = "cpu",
         subsets: Mapping[str, torch.Tensor] | None = None,
         prediction_indices: torch.Tensor | None = None,
+        ranks: Ranks = SINGLE,
     ) -> None:
+        """With several processes (``ranks``), each scores its slice of every split in batches of
+        ``batch_size / world_size`` and the metric sums are added up across them; predictions
+        are rank 0's job alone (it scores the whole sample)."""
         self.splits = dict(splits)
         self.loss_fn = loss_fn
         self.batch_size = batch_size
@@ -52,6 +57,8 @@ class Evaluator:
         self.subsets = dict(subsets or {})
         self.accumulators = {name: MetricAccumulator(metrics, num_classes) for name in self.splits}
         self.prediction_indices = prediction_indices if prediction_indices is not None else torch.empty(0)
+        self.ranks = ranks
+        self.rank_batch_size = max(1, batch_size // ranks.world_size)
 
     def output_names(self) -> list[str]:
         return [
@@ -79,10 +86,12 @@ class Evaluator:
                 for split, dataset in self.splits.items():
                     accumulator = self.accumulators[split]
                     accumulator.reset()
-                    for batch in self._indices(split).split(self.batch_size):
+                    for batch in eval_shard(self._indices(split), self.ranks).split(self.rank_batch_size):
                         accumulator.update(*self._logits_and_losses(model, dataset, batch))
+                    if self.ranks.distributed:
+                        sum_across_ranks_(accumulator.sums(self.device), self.ranks)
                     results.update({f"{split}/{k}": v for k, v in accumulator.compute().items()})
-                predictions = self._predictions(model)
+                predictions = self._predictions(model) if self.ranks.is_main else []
         finally:
             model.train(was_training)
         return results, predictions

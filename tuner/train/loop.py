@@ -14,6 +14,16 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tuner.train.data import StepBatches
+from tuner.train.distributed import (
+    NO_STOP,
+    SINGLE,
+    STOP,
+    STOP_WITH_CHECKPOINT,
+    Ranks,
+    agree_on_step,
+    average_batch_norm_stats,
+    gather_objects,
+)
 from tuner.train.evaluation import Evaluator
 from tuner.train.events import FINISHED, Callback, Event, StopReason, StopTraining
 from tuner.train.metrics import masked_mean_loss
@@ -61,9 +71,21 @@ class Trainer:
         grad_clip_norm: float | None = None,
         augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
         num_classes: int | None = None,
+        ranks: Ranks = SINGLE,
+        train_model: torch.nn.Module | None = None,
     ) -> None:
-        """``num_classes``, when given, checks the first batch's logits and targets against it."""
+        """``num_classes``, when given, checks the first batch's logits and targets against it.
+
+        With several processes, ``ranks`` is this one's place and ``train_model`` the
+        ``DistributedDataParallel`` wrapper the training forward goes through; ``model`` stays
+        the plain module (evaluation, checkpoints and callbacks see it, so a checkpoint of a
+        2-process run loads into 1 process and back).
+        """
         self.model, self.batches, self.loss_fn, self.optimizer = model, batches, loss_fn, optimizer
+        self.train_model = train_model if train_model is not None else model
+        self.ranks = ranks
+        self._rank_rngs: list[dict[str, Any]] | None = None
+        self._agreed_stop = NO_STOP
         self.schedule, self.base_lr = schedule, base_lr
         self.max_train_steps, self.eval_every = max_train_steps, eval_every
         self.evaluator, self.grad_clip_norm, self.augment = evaluator, grad_clip_norm, augment
@@ -119,20 +141,27 @@ class Trainer:
         self.emit(Event.FIT_START)
         try:
             while self.step < self.max_train_steps:
-                if self._stop_requested is not None:
+                # several processes agree on a stop inside the step (see train_step)
+                if self._stop_requested is not None and not self.ranks.distributed:
                     raise StopTraining(self._stop_requested, self.stop_message)
                 self.train_step()
                 if self.evaluator is not None and should_eval(
                     self.step, self.eval_every, self.max_train_steps
                 ):
                     self.evaluate()
-                    self.emit(Event.CHECKPOINT)
+                    self.checkpoint()
                     checkpointed_step = self.step
             self.stop_reason = StopReason.COMPLETED
         except StopTraining as stop:
             self.stop_reason, self.stop_message = stop.reason, stop.message
-            if stop.reason == StopReason.INTERRUPTED and checkpointed_step != self.step:
-                self.emit(Event.CHECKPOINT)  # keep every finished step
+            # every rank must take the same branch (a checkpoint is a collective): the agreed one
+            interrupted = (
+                self._agreed_stop == STOP_WITH_CHECKPOINT
+                if self.ranks.distributed
+                else stop.reason == StopReason.INTERRUPTED
+            )
+            if interrupted and checkpointed_step != self.step:
+                self.checkpoint()  # keep every finished step
         except BaseException:
             self.emit(Event.EXCEPTION)
             raise
@@ -144,14 +173,16 @@ class Trainer:
         inputs, targets = self.batches.get(self.step)
         if self.augment is not None:
             generator = torch.Generator(device=inputs.device)
-            generator.manual_seed(self.batches.data_seed * 1_000_003 + self.step)
+            # each rank augments its own slice of the batch: its own stream (rank 0's is 1 process's)
+            seed = self.batches.data_seed * 1_000_003 + self.step
+            generator.manual_seed(seed * self.ranks.world_size + self.ranks.rank)
             inputs = self.augment(inputs, generator)
         lr = self.base_lr * self.schedule(self.step)
         if lr != self.lr or self.step == self.start_step:  # constant phases cost nothing
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         self.lr = lr
-        logits = self.model(inputs)
+        logits = self.train_model(inputs)
         if not self._batch_checked:  # the first step's own forward: no extra pass, no RNG drawn
             check_batch(logits, targets, self.num_classes)  # type: ignore[arg-type]
             self._batch_checked = True
@@ -161,22 +192,43 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         # A CPU-GPU sync point, on purpose: a NaN must stop the run before it reaches the weights.
-        self.last_loss = loss.item()
+        if self.ranks.distributed:
+            self.last_loss, self._agreed_stop = agree_on_step(loss, self._stop_request_code(), self.ranks)
+        else:
+            self.last_loss = loss.item()
         if not math.isfinite(self.last_loss):
             raise StopTraining(StopReason.DIVERGED, f"loss is {self.last_loss} at step {self.step + 1}")
+        if self._agreed_stop != NO_STOP:  # before the optimizer step: this step is not taken
+            with_checkpoint = self._agreed_stop == STOP_WITH_CHECKPOINT
+            default = StopReason.INTERRUPTED if with_checkpoint else StopReason.STOPPED
+            raise StopTraining(self._stop_requested or default, self.stop_message)
         if self.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip_norm)
         self.optimizer.step()
         self.step += 1
         self.emit(Event.TRAIN_STEP_END)
 
+    def _stop_request_code(self) -> int:
+        if self._stop_requested is None:
+            return NO_STOP
+        return STOP_WITH_CHECKPOINT if self._stop_requested == StopReason.INTERRUPTED else STOP
+
     def evaluate(self) -> dict[str, float]:
         assert self.evaluator is not None
+        average_batch_norm_stats(self.model, self.ranks)  # evaluate every rank's statistics
         self.emit(Event.EVAL_START)
         self.last_eval, self.last_predictions = self.evaluator.run(self.model)
         self.last_eval_step = self.step
         self.emit(Event.EVAL_END)
         return self.last_eval
+
+    def checkpoint(self) -> None:
+        """The ``checkpoint`` event; with several processes, every rank takes part first: the
+        batch-norm statistics are averaged and every rank's RNG state goes into the file."""
+        if self.ranks.distributed:
+            average_batch_norm_stats(self.model, self.ranks)
+            self._rank_rngs = gather_objects(rng_state(), self.ranks)
+        self.emit(Event.CHECKPOINT)
 
     # -- resume -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -186,6 +238,8 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": rng_state(),
+            # every rank's RNGs (dropout draws differ per rank), for an exact multi-process resume
+            **({"rank_rng": self._rank_rngs} if self.ranks.distributed and self._rank_rngs else {}),
             "last_eval": dict(self.last_eval),
             "last_eval_step": self.last_eval_step,
             "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
@@ -202,7 +256,11 @@ class Trainer:
         self.step = int(state["step"])
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
+        rank_rngs = state.get("rank_rng")
+        if self.ranks.distributed and rank_rngs and len(rank_rngs) == self.ranks.world_size:
+            set_rng_state(rank_rngs[self.ranks.rank])
+        elif not self.ranks.distributed or self.ranks.is_main:
+            set_rng_state(state["rng"])
         self.last_eval = dict(state.get("last_eval", {}))
         self.last_eval_step = int(state.get("last_eval_step", -1))
         finished = state.get("finished")

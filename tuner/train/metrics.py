@@ -73,6 +73,13 @@ class MetricAccumulator:
             )
         return state
 
+    def sums(self, device: torch.device) -> list[torch.Tensor]:
+        """The running sums themselves (created on ``device`` if no batch was seen), in a fixed
+        order: adding them up across processes, in place, gives the metrics of all their batches."""
+        if self._state is None:
+            self._state = self._init_state(device)
+        return [self._state[key] for key in sorted(self._state)]
+
     @torch.no_grad()
     def update(self, logits: torch.Tensor, targets: torch.Tensor, item_losses: torch.Tensor) -> None:
         """Add one batch. ``logits (..., C)``, ``targets (...)`` class indices, ``item_losses (...)``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import shutil
 import signal
 import threading
@@ -25,8 +26,10 @@ from tuner.spec import StudySpec
 from tuner.train.build import build_workload
 from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
 from tuner.train.data import StepBatches
+from tuner.train.distributed import SINGLE, Ranks
 from tuner.train.evaluation import Evaluator, class_counts, fixed_sample
 from tuner.train.events import Callback, StopReason
+from tuner.train.launch import launch
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
 from tuner.train.loop import Trainer
 from tuner.train.objective import ObjectiveTracker
@@ -73,7 +76,9 @@ def cross_entropy_per_item(logits: torch.Tensor, targets: torch.Tensor) -> torch
     return losses.reshape(targets.shape)
 
 
-def build_evaluator(workload: Workload, spec: StudySpec, device: torch.device) -> Evaluator:
+def build_evaluator(
+    workload: Workload, spec: StudySpec, device: torch.device, ranks: Ranks = SINGLE
+) -> Evaluator:
     training = spec.training
     splits = {"val": workload.eval_data, "train": workload.train_data}
     subsets = {}
@@ -96,6 +101,7 @@ def build_evaluator(workload: Workload, spec: StudySpec, device: torch.device) -
         device=device,
         subsets=subsets,
         prediction_indices=samples,
+        ranks=ranks,
     )
 
 
@@ -139,11 +145,15 @@ def run_training(
     progress: bool = True,
     stop_signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
     lock_wait_s: float = 0.0,
+    start_method: str = "spawn",
 ) -> RunResult:
     """Train ``spec`` in ``run_dir``, resuming from its ``latest.pt`` if there is one.
 
     ``stop_signals`` stop the run cleanly (checkpoint, status ``interrupted``); ``lock_wait_s``
     is how long to wait for a dying process that still holds the run folder.
+    With ``training.processes_per_trial`` N > 1 this process launches N ranks (``launch``:
+    ``start_method`` "fork" only where no torch operation has run yet) and waits for them;
+    ``extra_callbacks`` then run in rank 0, and their state comes back here when it ends.
     Side effects: writes the run folder (see ``run_folder``); reseeds the global RNGs.
     """
     training = spec.training
@@ -159,10 +169,11 @@ def run_training(
     created = _first_missing(run_dir)
     with locked_run_dir(run_dir, wait_s=lock_wait_s):
         prepare_run_dir(run_dir, spec, command)
+        job = _RunJob(spec, run_dir, base_dir, schedule, console, list(extra_callbacks), data_seed, progress)
         try:
-            return _run(
-                spec, run_dir, base_dir, schedule, console, extra_callbacks, data_seed, progress, stop_signals
-            )
+            if training.processes_per_trial == 1:
+                return _run(job, stop_signals)
+            return _run_ranks(job, start_method)
         except BaseException as error:
             trained = (run_dir / "checkpoints" / LATEST).exists()
             if isinstance(error, UsageError) and created is not None and not trained:
@@ -173,7 +184,9 @@ def run_training(
             interrupted = isinstance(error, KeyboardInterrupt)
             blamed = None if interrupted else blame_workload(error)
             if not interrupted:
-                atomic_write_text(run_dir / "error.log", traceback.format_exc(), durable=False)
+                # a multi-process run's error carries every failed rank's own traceback
+                trace = getattr(error, "rank_tracebacks", None) or traceback.format_exc()
+                atomic_write_text(run_dir / "error.log", trace, durable=False)
             write_status(
                 run_dir,
                 durable=training.fsync_checkpoints,
@@ -208,17 +221,66 @@ def _remove_created(run_dir: Path, created: Path) -> None:
         folder = folder.parent
 
 
-def _run(
-    spec: StudySpec,
-    run_dir: Path,
-    base_dir: Path,
-    schedule: Any,
-    console: Console | None,
-    extra_callbacks: Sequence[Callback],
-    data_seed: int | None,
-    progress: bool,
-    stop_signals: Sequence[int],
-) -> RunResult:
+@dataclass
+class _RunJob:
+    """What every rank of a run needs (pickled to spawned ranks, so: data, not open things)."""
+
+    spec: StudySpec
+    run_dir: Path
+    base_dir: Path
+    schedule: Any
+    console: Console | None
+    extra_callbacks: list[Callback]
+    data_seed: int | None
+    progress: bool
+
+
+def _run_ranks(job: _RunJob, start_method: str) -> RunResult:
+    """Launch ``processes_per_trial`` ranks of ``_run``; rank 0's result, its callbacks' state here."""
+    training = job.spec.training
+    device = resolve_device(training.device)
+    if training.sync_batch_norm and device.type != "cuda":
+        raise UsageError(
+            "training.sync_batch_norm needs CUDA devices (torch's SyncBatchNorm has no CPU version); "
+            "on CPU the ranks' batch-norm statistics are averaged before every eval and checkpoint"
+        )
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl":
+        start_method = "spawn"  # a CUDA context does not survive a fork
+    if start_method == "spawn":
+        job = dataclasses.replace(job, console=None)  # a terminal does not pickle; rank 0 opens stderr
+    result, states = launch(
+        functools.partial(_rank_run, job),
+        training.processes_per_trial,
+        backend=backend,
+        start_method=start_method,
+        threads_per_rank=max(1, torch.get_num_threads() // training.processes_per_trial),
+    )
+    for callback in job.extra_callbacks:  # e.g. sweep-lr's fit criterion: what rank 0's saw
+        if callback.state_key in states:
+            callback.load_state_dict(states[callback.state_key])
+    return result
+
+
+def _rank_run(job: _RunJob, ranks: Ranks) -> tuple[RunResult | None, dict[str, Any]]:
+    """One rank's run; its errors are blamed on the workload here, where the traceback is."""
+    try:
+        result = _run(job, (signal.SIGTERM,), ranks)
+    except Exception as error:
+        blamed = blame_workload(error)
+        if blamed is not None:
+            raise blamed from error
+        raise
+    states = {cb.state_key: cb.state_dict() for cb in job.extra_callbacks} if ranks.is_main else {}
+    return (result if ranks.is_main else None), states
+
+
+def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> RunResult:
+    """Train one process's part of the run: the whole run with one process, rank ``ranks.rank``'s
+    with several (rank 0 alone writes files and runs the extra callbacks)."""
+    spec, run_dir, base_dir, schedule = job.spec, job.run_dir, job.base_dir, job.schedule
+    console, extra_callbacks, data_seed = job.console, job.extra_callbacks, job.data_seed
+    progress = job.progress
     training = spec.training
     device = resolve_device(training.device)
     seeds = trial_seeds(spec)
@@ -233,8 +295,9 @@ def _run(
         validation = proxy.describe(training.proxy_fraction)
     model = workload.model.to(device)
     run_data_seed = data_seed if data_seed is not None else seeds.data
-    seed_torch(run_data_seed)  # dropout & co. draw from the data seed, not the init seed
-    evaluator = build_evaluator(workload, spec, device)
+    # dropout & co. draw from the data seed, not the init seed; each rank its own draws
+    seed_torch(run_data_seed if ranks.is_main else derive_seed(run_data_seed, "rank", ranks.rank))
+    evaluator = build_evaluator(workload, spec, device, ranks)
     if spec.objective.metric not in evaluator.output_names():
         raise WorkloadError(
             f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
@@ -242,21 +305,25 @@ def _run(
         )
     split_classes = _split_class_counts(workload, evaluator) if "per_class" in workload.metrics else None
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
-    callbacks: list[Callback] = [
-        tracker,
-        CheckpointCallback(
-            run_dir / "checkpoints",
+    callbacks: list[Callback] = (
+        [tracker]
+        if not ranks.is_main
+        else [
             tracker,
-            training.keep_best_checkpoints,
-            durable=training.fsync_checkpoints,
-        ),
-        CsvLogger(run_dir / "metrics.csv", evaluator.output_names(), training.log_every),
-        PredictionsLogger(run_dir / "predictions.csv"),
-        *extra_callbacks,
-    ]
-    if training.tensorboard:
+            CheckpointCallback(
+                run_dir / "checkpoints",
+                tracker,
+                training.keep_best_checkpoints,
+                durable=training.fsync_checkpoints,
+            ),
+            CsvLogger(run_dir / "metrics.csv", evaluator.output_names(), training.log_every),
+            PredictionsLogger(run_dir / "predictions.csv"),
+            *extra_callbacks,
+        ]
+    )
+    if training.tensorboard and ranks.is_main:
         callbacks.append(TensorBoardLogger(run_dir / "tensorboard", training.log_every))
-    if progress:
+    if progress and ranks.is_main:
         callbacks.append(
             ProgressCallback(
                 console or PipeSafeConsole(stderr=True),
@@ -267,7 +334,7 @@ def _run(
         )
     trainer = Trainer(
         model=model,
-        batches=StepBatches(workload.train_data, training.batch_size, run_data_seed, device),
+        batches=StepBatches(workload.train_data, training.batch_size, run_data_seed, device, ranks),
         loss_fn=workload.loss_fn or cross_entropy_per_item,
         optimizer=build_optimizer(training.optimizer, model.parameters()),
         schedule=schedule,
@@ -279,6 +346,8 @@ def _run(
         grad_clip_norm=training.grad_clip_norm,
         augment=workload.augment if training.augment else None,
         num_classes=workload.num_classes,
+        ranks=ranks,
+        train_model=_ddp(model, device, training.sync_batch_norm) if ranks.distributed else None,
     )
     latest = run_dir / "checkpoints" / LATEST
     if latest.exists():
@@ -288,6 +357,9 @@ def _run(
     with stop_on_signals(trainer, stop_signals):
         reason = trainer.fit()
     status = reason.value if isinstance(reason, StopReason) else str(reason)
+    if not ranks.is_main:
+        return RunResult(run_dir, status, trainer.stop_message, trainer.step, training.max_train_steps,
+                         resumed_from, tracker.best_value, tracker.best_step)  # fmt: skip
     write_status(
         run_dir,
         durable=training.fsync_checkpoints,
@@ -314,6 +386,25 @@ def _run(
         tracker.best_step,
         dict(trainer.last_eval),
         validation,
+    )
+
+
+def _ddp(model: torch.nn.Module, device: torch.device, sync_batch_norm: bool) -> torch.nn.Module:
+    """The ``DistributedDataParallel`` wrapper the training forward goes through.
+
+    ``forward_sync_buffers=False``: DDP would otherwise copy rank 0's batch-norm statistics over
+    every rank's at each forward, and the other ranks' data would never count; the engine
+    averages them before every eval and checkpoint instead (``average_batch_norm_stats``).
+    The wrapper shares the model's parameters (it is built after the initial weights, which are
+    the same on every rank, and it broadcasts rank 0's once more to be sure).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    if sync_batch_norm:
+        # converts in place where it can; the plain module keeps the same parameters and buffers
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    return DistributedDataParallel(
+        model, device_ids=[device.index or 0] if device.type == "cuda" else None, forward_sync_buffers=False
     )
 
 

@@ -1,0 +1,71 @@
+"""A tiny batch-norm + dropout workload for multi-process tests; its options pick a failure.
+
+Options: ``init_dir`` (each rank saves its freshly built model's parameters there, as
+``init-rank<R>.pt``: the initial weights must be the same on every rank), ``step_sleep_s``,
+``fail_rank`` + ``fail_at_step`` + ``fail`` (``raise`` or ``kill``: that rank raises, or
+SIGKILLs itself, at that training step), ``marker_dir`` (fail only once: a retry succeeds).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import TensorDataset
+
+from tuner.workloads import Workload, WorkloadContext
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, options: dict) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Dropout(0.2)
+        )
+        self.head = torch.nn.Linear(16, 3)
+        self.options = options
+        self.steps = 0
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.steps += 1
+            self._maybe_fail()
+            if self.options.get("step_sleep_s"):
+                time.sleep(float(self.options["step_sleep_s"]))
+        return self.head(self.body(inputs))
+
+    def _maybe_fail(self) -> None:
+        options = self.options
+        if "fail_rank" not in options or os.environ.get("RANK") != str(options["fail_rank"]):
+            return
+        if self.steps != int(options.get("fail_at_step", 1)):
+            return
+        if "marker_dir" in options:
+            marker = Path(options["marker_dir"]) / "failed-once"
+            if marker.exists():
+                return
+            marker.touch()
+        if options.get("fail") == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise ValueError(f"ddp workload fails on rank {os.environ['RANK']}")
+
+
+def build(ctx: WorkloadContext) -> Workload:
+    generator = torch.Generator().manual_seed(ctx.seed)
+    inputs = torch.randn(150, 6, generator=generator)
+    targets = (inputs[:, 0] > 0).long() + (inputs[:, 1] > 0.5).long()
+    model = _Net(dict(ctx.options))
+    print(f"built the model in process {os.getpid()}", flush=True)
+    if "init_dir" in ctx.options:
+        torch.save(
+            model.state_dict(), Path(ctx.options["init_dir"]) / f"init-rank{os.environ.get('RANK', 0)}.pt"
+        )
+    return Workload(
+        model=model,
+        train_data=TensorDataset(inputs[:120], targets[:120]),
+        eval_data=TensorDataset(inputs[120:], targets[120:]),
+        num_classes=3,
+    )

@@ -1,0 +1,24 @@
+"""A child process that must not outlive its parent (a trial, a rank of a multi-process run)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) -> None:
+    """Linux: deliver ``sig`` to this process when its parent dies (no orphan keeps training).
+
+    The request only covers a death that happens after it: a parent (``parent_pid``, the pid
+    it had before forking us) already gone by then would never signal, so that is checked after.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still stops the child at its next report
+        pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
