@@ -25,6 +25,9 @@ class DigitsCnnOptions(_Options):
     channels: list[int] = Field(default_factory=lambda: [16, 32])
     dropout: float = Field(default=0.0, ge=0, lt=1)
     val_fraction: float = Field(default=0.2, gt=0, lt=1)
+    # None: plain BatchNorm2d. A positive int: GhostBatchNorm with virtual batches of this many
+    # examples, cut from each process's batch (batch_size / processes_per_trial).
+    ghost_batch_size: int | None = Field(default=None, gt=0)
 
 
 class CharLmOptions(_Options):

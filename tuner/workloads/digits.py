@@ -16,6 +16,7 @@ from torch.utils.data import TensorDataset
 from tuner.errors import WorkloadError
 from tuner.workloads._builtins import DIGITS_METRICS, DigitsCnnOptions, DigitsMlpOptions
 from tuner.workloads._interface import Workload, WorkloadContext
+from tuner.workloads.ghost_batch_norm import GhostBatchNorm
 
 NUM_CLASSES = 10
 _METRICS = DIGITS_METRICS
@@ -74,12 +75,19 @@ def build_mlp(ctx: WorkloadContext) -> Workload:
     )
 
 
+def _batch_norm(channels: int, ghost_batch_size: int | None) -> nn.Module:
+    if ghost_batch_size is None:
+        return nn.BatchNorm2d(channels)
+    return GhostBatchNorm(channels, virtual_batch_size=ghost_batch_size)
+
+
 def build_cnn(ctx: WorkloadContext) -> Workload:
     """(1, 8, 8) images -> [conv3x3, batch norm, ReLU] per channel count -> 10 logits.
 
     One 2x2 max-pool after the second conv keeps the net cheap; the head flattens the
     feature map instead of global-average-pooling it, because at 8x8 (4x4 after pooling)
-    *where* a stroke is matters as much as what it is.
+    *where* a stroke is matters as much as what it is. With ``ghost_batch_size`` every batch
+    norm is a ``GhostBatchNorm`` over virtual batches of that many examples.
     """
     opts = DigitsCnnOptions.model_validate(ctx.options)
     _check_sizes("channels", opts.channels)
@@ -90,7 +98,7 @@ def build_cnn(ctx: WorkloadContext) -> Workload:
     for i, out_ch in enumerate(opts.channels):
         layers += [
             nn.Conv2d(in_ch, out_ch, kernel_size=3, padding=1),
-            nn.BatchNorm2d(out_ch),
+            _batch_norm(out_ch, opts.ghost_batch_size),
             nn.ReLU(),
         ]
         if i == 1:
