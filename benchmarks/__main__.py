@@ -13,6 +13,7 @@ from benchmarks import (
     cli_startup,
     ghost_batch_norm,
     loop_overhead,
+    multi_process,
     orchestration,
     procedure,
     report,
@@ -29,6 +30,7 @@ BENCHMARKS = (
     report,
     procedure,
     ghost_batch_norm,
+    multi_process,
 )
 
 

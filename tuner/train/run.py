@@ -401,8 +401,10 @@ def _ddp(model: torch.nn.Module, device: torch.device, sync_batch_norm: bool) ->
     from torch.nn.parallel import DistributedDataParallel
 
     if sync_batch_norm:
-        # converts in place where it can; the plain module keeps the same parameters and buffers
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        # batch norms become SyncBatchNorm (same parameters and buffers), ghost ones stay per device
+        from tuner.workloads import convert_sync_batch_norm
+
+        model = convert_sync_batch_norm(model)
     return DistributedDataParallel(
         model, device_ids=[device.index or 0] if device.type == "cuda" else None, forward_sync_buffers=False
     )
