@@ -369,39 +369,54 @@ def measured_cost(storage: Any, study: str, phase: str) -> StepCost | None:
 # -- the probe --------------------------------------------------------------------------------
 
 
-class _Stopwatch:
-    """A training callback noting when steps end and how long the eval (and its checkpoint) took."""
+def _stopwatch_callbacks() -> tuple[Any, Any]:
+    """Two training callbacks noting when the fit starts, steps end, and the eval (with its
+    checkpoint) starts and ends: the first runs before every other callback of an event, the
+    second after the loggers and the checkpoint writer.
 
-    def __init__(self) -> None:
-        self.fit_start: float | None = None
-        self.step_ends: list[float] = []
-        self.eval_start: float | None = None
-        self.eval_end: float | None = None
+    Their notes are their ``state_dict``: a run of several processes runs them in rank 0 and
+    hands their state back (``time.perf_counter`` is the machine's monotonic clock, the same
+    in every process).
+    """
+    from tuner.train import Callback
 
-    def callbacks(self) -> list[Any]:
-        from tuner.train import Callback
+    class ProbeStart(Callback):
+        order = -1000
 
-        watch = self
+        def __init__(self) -> None:
+            self.notes: dict[str, Any] = {"fit_start": None, "eval_start": None}
 
-        class First(Callback):
-            order = -1000  # before every other callback of the event
+        def on_fit_start(self, loop: Any) -> None:
+            self.notes["fit_start"] = time.perf_counter()
 
-            def on_fit_start(self, loop: Any) -> None:
-                watch.fit_start = time.perf_counter()
+        def on_eval_start(self, loop: Any) -> None:
+            self.notes["eval_start"] = time.perf_counter()
 
-            def on_eval_start(self, loop: Any) -> None:
-                watch.eval_start = time.perf_counter()
+        def state_dict(self) -> dict[str, Any]:
+            return dict(self.notes)
 
-        class Last(Callback):
-            order = 1000  # after the loggers and the checkpoint writer
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.notes = dict(state)
 
-            def on_train_step_end(self, loop: Any) -> None:
-                watch.step_ends.append(time.perf_counter())
+    class ProbeEnd(Callback):
+        order = 1000
 
-            def on_checkpoint(self, loop: Any) -> None:
-                watch.eval_end = time.perf_counter()
+        def __init__(self) -> None:
+            self.notes: dict[str, Any] = {"step_ends": [], "eval_end": None}
 
-        return [First(), Last()]
+        def on_train_step_end(self, loop: Any) -> None:
+            self.notes["step_ends"].append(time.perf_counter())
+
+        def on_checkpoint(self, loop: Any) -> None:
+            self.notes["eval_end"] = time.perf_counter()
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"step_ends": list(self.notes["step_ends"]), "eval_end": self.notes["eval_end"]}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.notes = dict(state)
+
+    return ProbeStart(), ProbeEnd()
 
 
 def probe_cost(
@@ -434,7 +449,7 @@ def probe_cost(
     )
     probe_spec = spec.model_copy(update={"training": training})
     warm_up(spec, loaded.base_dir)  # what a worker imports once for all its trials: not start-up
-    watch = _Stopwatch()
+    first, last = _stopwatch_callbacks()
     previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -445,24 +460,26 @@ def probe_cost(
                 probe_spec,
                 Path(folder) / "probe",
                 base_dir=loaded.base_dir,
-                extra_callbacks=watch.callbacks(),
+                extra_callbacks=[first, last],
                 progress=False,
                 stop_signals=(),
+                start_method="fork",  # warm_up imports only: no torch operation has run here
             )
     finally:
         torch.set_num_threads(previous_threads)
-    ends = watch.step_ends
-    assert watch.fit_start is not None and len(ends) == steps
-    assert watch.eval_start is not None and watch.eval_end is not None
+    ends, fit_start = last.notes["step_ends"], first.notes["fit_start"]
+    eval_start, eval_end = first.notes["eval_start"], last.notes["eval_end"]
+    assert fit_start is not None and len(ends) == steps
+    assert eval_start is not None and eval_end is not None
     step_s = (ends[-1] - ends[0]) / (steps - 1)
-    first_step_s = ends[0] - watch.fit_start
-    startup_s = (watch.fit_start - called) + max(0.0, first_step_s - step_s)
+    first_step_s = ends[0] - fit_start
+    startup_s = (fit_start - called) + max(0.0, first_step_s - step_s)
     where = f"{threads} thread{'s' if threads != 1 else ''}" if device == "cpu" else device
     return StepCost(
         step_s,
         CostSource.PROBE,
         f"probe of {steps} steps ({where})",
-        eval_s=watch.eval_end - watch.eval_start,
+        eval_s=eval_end - eval_start,
         startup_s=startup_s,
     )
 
