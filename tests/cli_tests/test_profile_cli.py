@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from tests.spec_tests._support import REPO, invoke, plain, single_error
+from tuner.cli.profile_cmd import describe
+from tuner.train.profile import INPUT_BOUND_SHARE, SKIPPED_STEPS, Bound, ProfileResult, StepTimes
 
 #: A user's workload file: every item costs 3 ms (as if read from slow storage or decoded on the
 #: fly), the model is one tiny linear layer, so the step waits for data most of its time.
@@ -139,7 +141,7 @@ def test_the_digits_mlp_is_compute_bound(tmp_path: Path) -> None:
     assert sum(report["shares"].values()) == pytest.approx(1.0)
     times = report["times"]
     parts = ("augment", "forward", "backward", "optimizer", "other")
-    assert times["forward"] > 0 and times["backward"] > 0 and times["optimizer"] > 0
+    assert times["data"] > 0 and times["forward"] > 0 and times["backward"] > 0 and times["optimizer"] > 0
     assert sum(times[part] for part in parts) == pytest.approx(times["compute"])
     assert report["top_operators"] and report["trace_path"] == str(trace)
     assert isinstance(json.loads(trace.read_text())["traceEvents"], list)
@@ -221,11 +223,43 @@ def test_a_workload_error_keeps_its_traceback_in_the_throw_away_run_folder(tmp_p
 
 
 def test_help_states_the_threshold_and_the_warm_up_steps() -> None:
-    from tuner.train.profile import INPUT_BOUND_SHARE, SKIPPED_STEPS
-
     help_text = plain(invoke("profile", "--help", env={"COLUMNS": "80"}).stdout)
     assert "Usage: tuner profile [OPTIONS] STUDY\n" in help_text
     assert all(len(line) <= 80 for line in help_text.splitlines()), help_text
     text = " ".join(help_text.split())
     assert f"waiting for data above {INPUT_BOUND_SHARE * 100:.0f}% of step time" in text, text
     assert f"after {SKIPPED_STEPS} warm-up steps that are not measured" in text, text
+
+
+def _result(step_seconds: tuple[float, ...], data: float, threads: int = 2) -> ProfileResult:
+    mean = sum(step_seconds) / len(step_seconds)
+    times = StepTimes(step=mean, data=data, augment=0.0, forward=0.0, backward=0.0, optimizer=0.0, sync=0.0)
+    return ProfileResult(
+        study="s",
+        trace_path=Path("trace.json"),
+        device="cpu",
+        accelerator=False,
+        skipped_steps=5,
+        measured_steps=len(step_seconds),
+        batch_size=8,
+        threads=threads,
+        data_workers=0,
+        prefetch_batches=2,
+        times=times,
+        top_operators=(),
+        step_seconds=step_seconds,
+    )
+
+
+def test_input_bound_means_strictly_above_the_threshold() -> None:
+    assert _result((0.010, 0.010), data=0.002).bound is Bound.COMPUTE  # 20% exactly
+    assert _result((0.010, 0.010), data=0.0021).bound is Bound.INPUT
+
+
+def test_a_few_stalled_steps_are_called_unsteady() -> None:
+    steady = "\n".join(describe(_result((0.001, 0.0011, 0.0012), data=0.0001)))
+    assert "unsteady" not in steady
+    stalled = "\n".join(describe(_result((0.001, 0.001, 0.001, 0.150), data=0.0001)))
+    assert "note         unsteady: the mean step is 38.2x the median" in stalled, stalled
+    assert "re-run or OMP_NUM_THREADS=1" in stalled
+    assert "OMP_NUM_THREADS" not in "\n".join(describe(_result((0.001, 0.001, 0.1), 0.0001, threads=1)))

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from tuner.train.profile import ProfileResult
 
 DEFAULT_STEPS = 20
+#: A mean step this many times the median: say the numbers are unsteady.
+UNSTEADY = 2.0
 #: tuner.train.profile's SKIPPED_STEPS, for the help text without importing torch (a test checks
 #: they agree, and that the docstring's 20% is INPUT_BOUND_SHARE)
 HELP_SKIPPED = 5
@@ -143,6 +145,14 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
         )
         lines.append(f"top ops      {top} (self time per step)")
     lines += [f"note         {note}" for note in result.notes if not note.startswith("no accelerator")]
+    if result.mean_over_median > UNSTEADY:
+        threads = " or OMP_NUM_THREADS=1" if not result.accelerator and result.threads > 1 else ""
+        lines += [
+            f"note         unsteady: the mean step is {result.mean_over_median:.1f}x the median; a few steps "
+            "stalled (another",
+            "             process on the same cores, garbage collection, a slow read) and weigh on the "
+            f"shares; re-run{threads}",
+        ]
     data = f"waiting for data is {result.data_share * 100:.1f}% of step time (input-bound above {threshold})"
     if result.bound.value == "input-bound":
         suggested = max(2, 2 * result.data_workers)

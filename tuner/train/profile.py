@@ -23,6 +23,7 @@ import enum
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -135,6 +136,16 @@ class ProfileResult:
         return self.share(self.times.sync)
 
     @property
+    def mean_over_median(self) -> float:
+        """How far a few slow steps pull the mean up: ~1 for steady steps; above 2, some steps
+        stalled (another process on the same cores, garbage collection, a slow read), and the
+        shares describe those stalls as much as the training."""
+        if not self.step_seconds:
+            return 1.0
+        median = statistics.median(self.step_seconds)
+        return self.times.step / median if median > 0 else 1.0
+
+    @property
     def bound(self) -> Bound:
         return Bound.INPUT if self.data_share > self.threshold else Bound.COMPUTE
 
@@ -143,6 +154,7 @@ class ProfileResult:
         data = asdict(self)
         data["trace_path"] = str(self.trace_path)
         data["times"] = {**asdict(self.times), "compute": self.times.compute, "other": self.times.other}
+        data["mean_over_median"] = self.mean_over_median
         data["shares"] = {"data": self.data_share, "compute": self.compute_share, "sync": self.sync_share}
         data["bound"] = self.bound.value
         data["notes"] = list(self.notes)
