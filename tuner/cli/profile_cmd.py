@@ -146,12 +146,13 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
         lines.append(f"top ops      {top} (self time per step)")
     lines += [f"note         {note}" for note in result.notes if not note.startswith("no accelerator")]
     if result.mean_over_median > UNSTEADY:
-        threads = " or OMP_NUM_THREADS=1" if not result.accelerator and result.threads > 1 else ""
+        spinning = not result.accelerator and result.threads > 1  # torch's threads compete for the cores
+        threads = ", or compare with OMP_NUM_THREADS=1" if spinning else ""
         lines += [
-            f"note         unsteady: the mean step is {result.mean_over_median:.1f}x the median; a few steps "
-            "stalled (another",
-            "             process on the same cores, garbage collection, a slow read) and weigh on the "
-            f"shares; re-run{threads}",
+            f"note         unsteady: the mean step is {result.mean_over_median:.1f}x the median, so a few "
+            "stalled steps weigh on",
+            "             the shares (another process on the same cores, garbage collection, a slow read);",
+            f"             re-run{threads}",
         ]
     data = f"waiting for data is {result.data_share * 100:.1f}% of step time (input-bound above {threshold})"
     if result.bound.value == "input-bound":
