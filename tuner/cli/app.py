@@ -20,6 +20,7 @@ from tuner.cli import (
     estimate_cmd,
     init_cmd,
     list_cmd,
+    profile_cmd,
     report_cmd,
     run_round_cmd,
     smoke_cmd,
@@ -114,6 +115,7 @@ app.command("estimate", cls=TunerCommand, short_help="Estimate the search's cost
 app.command("report", cls=TunerCommand, short_help="What the trials say, and what to change next.")(
     report_cmd.report
 )
+app.command("profile", cls=TunerCommand, short_help="Where a training step's time goes.")(profile_cmd.profile)
 app.command("list", cls=TunerCommand, short_help="Every study: the experiment-tracking table.")(
     list_cmd.list_studies
 )
