@@ -174,11 +174,13 @@ def run_training(
             blamed = None if interrupted else blame_workload(error)
             if not interrupted:
                 atomic_write_text(run_dir / "error.log", traceback.format_exc(), durable=False)
+            said = blamed or error  # a WorkloadCodeError (e.g. from a data worker) says what it is
+            message = str(said) if isinstance(said, WorkloadCodeError) else f"{type(error).__name__}: {error}"
             write_status(
                 run_dir,
                 durable=training.fsync_checkpoints,
                 status="interrupted" if interrupted else "failed",
-                message="" if interrupted else str(blamed or f"{type(error).__name__}: {error}"),
+                message="" if interrupted else message,
             )
             if isinstance(error, WorkloadCodeError):
                 error.log_path = shown_path(str(run_dir / "error.log"))
@@ -267,7 +269,14 @@ def _run(
         )
     trainer = Trainer(
         model=model,
-        batches=StepBatches(workload.train_data, training.batch_size, run_data_seed, device),
+        batches=StepBatches(
+            workload.train_data,
+            training.batch_size,
+            run_data_seed,
+            device,
+            data_workers=training.data_workers,
+            prefetch_batches=training.prefetch_batches,
+        ),
         loss_fn=workload.loss_fn or cross_entropy_per_item,
         optimizer=build_optimizer(training.optimizer, model.parameters()),
         schedule=schedule,
@@ -285,7 +294,8 @@ def _run(
         # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
         trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
     resumed_from = trainer.step
-    with stop_on_signals(trainer, stop_signals):
+    # closing: the data workers end with the run, whether it completes, stops or raises
+    with stop_on_signals(trainer, stop_signals), contextlib.closing(trainer.batches):
         reason = trainer.fit()
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     write_status(
