@@ -11,6 +11,7 @@ import traceback
 from benchmarks import (
     checkpoint_cost,
     cli_startup,
+    input_pipeline,
     loop_overhead,
     orchestration,
     procedure,
@@ -19,7 +20,16 @@ from benchmarks import (
 )
 from benchmarks._common import Result, load, print_table, stopwatch
 
-BENCHMARKS = (loop_overhead, checkpoint_cost, cli_startup, storage_cost, orchestration, report, procedure)
+BENCHMARKS = (
+    loop_overhead,
+    checkpoint_cost,
+    input_pipeline,
+    cli_startup,
+    storage_cost,
+    orchestration,
+    report,
+    procedure,
+)
 
 
 def main() -> int:
