@@ -109,6 +109,40 @@ def test_a_stream_started_at_step_k_or_asked_out_of_order_is_the_straight_stream
         resumed.close()
 
 
+def test_workers_outlive_the_signals_of_a_ctrl_c_and_end_with_close() -> None:
+    """A terminal's Ctrl-C (SIGINT) and a scheduler's SIGTERM reach every process of the group:
+    the training process decides how to stop, the workers must go on serving it meanwhile."""
+    dataset = _items()
+    expected = [StepBatches(dataset, 64, data_seed=4).get(step)[0] for step in range(8)]
+    before = _children()
+    batches = StepBatches(dataset, 64, data_seed=4, data_workers=2)
+    try:
+        assert torch.equal(batches.get(0)[0], expected[0])
+        workers = _children() - before
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGTERM)
+        for step in range(1, 8):
+            assert torch.equal(batches.get(step)[0], expected[step])
+        assert _children() - before == workers
+    finally:
+        batches.close()
+    assert _children() == before
+
+
+def test_on_cpu_the_workers_cores_come_out_of_torch_threads_until_close() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        batches = StepBatches(_items(), 64, data_seed=4, data_workers=2)
+        batches.get(0)
+        assert torch.get_num_threads() == 1
+        batches.close()
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def _global_rng_states() -> tuple[Any, ...]:
     numpy_state = np.random.get_state()
     return torch.get_rng_state(), numpy_state[1].copy(), numpy_state[2], random.getstate()
@@ -224,6 +258,7 @@ def _env() -> dict[str, str]:
 
 
 def _train(study: Path, runs: Path, workers: int) -> subprocess.Popen[str]:
+    """``tuner train`` in a process group of its own (with its workers), as a terminal runs it."""
     command = [sys.executable, "-m", "tuner", "train", str(study), "--output-dir", str(runs), "--no-progress"]
     return subprocess.Popen(
         [*command, "--set", f"data_workers={workers}"],
@@ -231,6 +266,7 @@ def _train(study: Path, runs: Path, workers: int) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
+        start_new_session=True,
     )
 
 
@@ -277,7 +313,7 @@ def test_train_with_two_workers_writes_the_same_metrics_and_leaves_no_process(
     assert not any(_alive(pid) for pid in workers)
 
 
-def test_a_run_stopped_with_sigterm_resumes_with_workers_to_the_same_numbers(
+def test_a_run_stopped_with_ctrl_c_resumes_with_workers_to_the_same_numbers(
     tmp_path: Path, reference: Path
 ) -> None:
     pid_dir, pause = tmp_path / "pids", tmp_path / "pause"
@@ -290,7 +326,9 @@ def test_a_run_stopped_with_sigterm_resumes_with_workers_to_the_same_numbers(
     while not waiting.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)
     assert waiting.exists(), process.communicate()[1]
-    process.send_signal(signal.SIGTERM)  # lands during step 13: the run stops after it
+    # Ctrl-C: SIGINT to the whole process group, workers included; it lands during step 13, and
+    # the run stops cleanly after it (a worker killed by it would make the next batch fail)
+    os.killpg(process.pid, signal.SIGINT)
     pause.unlink()
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err

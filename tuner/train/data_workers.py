@@ -16,10 +16,12 @@ Processes: on Linux the workers are forked, as DataLoader does by default up to 
 workload loaded from a file is not importable by name in a fresh process). Forking a process
 that has run torch ops is safe here because DataLoader sets one intra-op thread in each worker
 (the parent's OpenMP pool is never used in the child), and the workers are forked at the first
-batch, before the checkpoint writer thread ever runs. Each worker ignores SIGINT and SIGTERM (a
-Ctrl-C reaches the whole terminal process group: a worker killed by it would turn the clean stop
-of the training process into a crash) and is killed by the kernel if its parent dies, even by
-``kill -9``. ``close()`` ends them; the run calls it however training ends.
+batch, before the checkpoint writer thread ever runs. Each worker ignores SIGINT and SIGTERM
+rather than keep the handlers it was forked with (a Ctrl-C reaches the whole terminal process
+group, a scheduler's SIGTERM often too: Python's default would kill the worker and fail the next
+batch, the run's stop handler would act on a copy of the trainer): the training process alone
+decides how to stop. A worker is killed by the kernel if its parent dies, even by ``kill -9``.
+``close()`` ends them; the run calls it however training ends.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """From dataset items to one batch ``(inputs, targets)``: the same code on the training thread
-and in DataLoader worker processes, so ``training.data_workers`` changes speed, never numbers.
+and in DataLoader worker processes, so ``training.data_workers`` changes speed, not the batches
+(on CPU the run then has fewer intra-op threads, which may move a large sum's last bits).
 
 Two rules hold on both paths:
 
