@@ -254,21 +254,24 @@ def run_case(case: Case, workload: Workload) -> list[Result]:
 
 def _parallel_capacity(repetitions: int = 5) -> float:
     """How much more ``_work`` two forked processes got done than one, right now (2.0 on two
-    idle cores): the ceiling of the ``cpu`` case's speed-up on this machine at this time."""
+    idle cores): the ceiling of the ``cpu`` case's speed-up on this machine at this time. The
+    cost of starting and joining two processes (measured with no work) is taken off."""
     context = multiprocessing.get_context("fork")
-    amount = _iterations_per(0.1)
+    amount = _iterations_per(0.2)
+
+    def two(iterations: int) -> float:
+        processes = [context.Process(target=_work, args=(iterations,)) for _ in range(2)]
+        elapsed = stopwatch()
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+        return elapsed()
+
     ratios = []
     for _ in range(repetitions):
         one = _timed(lambda: _work(amount))
-        processes = [context.Process(target=_work, args=(amount,)) for _ in range(2)]
-
-        def both(processes: list[Any] = processes) -> None:
-            for process in processes:
-                process.start()
-            for process in processes:
-                process.join()
-
-        ratios.append(2 * one / _timed(both))
+        ratios.append(2 * one / max(1e-6, two(amount) - two(0)))
     return median(ratios)
 
 
