@@ -13,6 +13,7 @@ both sides compares the data alone.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import random
@@ -50,8 +51,8 @@ def _children() -> set[int]:
     """This process's live child processes (``/proc``: no psutil)."""
     found: set[int] = set()
     for task in Path("/proc/self/task").iterdir():
-        with open(task / "children") as handle:
-            found |= {int(pid) for pid in handle.read().split()}
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile (a queue feeder)
+            found |= {int(pid) for pid in (task / "children").read_text().split()}
     return found
 
 
