@@ -12,6 +12,7 @@ from benchmarks import (
     checkpoint_cost,
     cli_startup,
     ghost_batch_norm,
+    input_pipeline,
     loop_overhead,
     multi_process,
     orchestration,
@@ -24,6 +25,7 @@ from benchmarks._common import Result, load, print_table, stopwatch
 BENCHMARKS = (
     loop_overhead,
     checkpoint_cost,
+    input_pipeline,
     cli_startup,
     storage_cost,
     orchestration,

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from tuner._atomic import atomic_write_text
 from tuner._streams import PipeSafeConsole
-from tuner.errors import UsageError, WorkloadCodeError, WorkloadError
+from tuner.errors import TunerError, UsageError, WorkloadCodeError, WorkloadError
 from tuner.output import shown_path
 from tuner.spec import StudySpec
 from tuner.train.build import build_workload
@@ -187,11 +187,14 @@ def run_training(
                 # a multi-process run's error carries every failed rank's own traceback
                 trace = getattr(error, "rank_tracebacks", None) or traceback.format_exc()
                 atomic_write_text(run_dir / "error.log", trace, durable=False)
+            said = blamed or error
+            # tuner's own errors (a data worker's WorkloadCodeError, another rank's) say what they are
+            message = str(said) if isinstance(said, TunerError) else f"{type(error).__name__}: {error}"
             write_status(
                 run_dir,
                 durable=training.fsync_checkpoints,
                 status="interrupted" if interrupted else "failed",
-                message="" if interrupted else str(blamed or f"{type(error).__name__}: {error}"),
+                message="" if interrupted else message,
             )
             if isinstance(error, WorkloadCodeError):
                 error.log_path = shown_path(str(run_dir / "error.log"))
@@ -334,7 +337,15 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         )
     trainer = Trainer(
         model=model,
-        batches=StepBatches(workload.train_data, training.batch_size, run_data_seed, device, ranks),
+        batches=StepBatches(
+            workload.train_data,
+            training.batch_size,
+            run_data_seed,
+            device,
+            ranks=ranks,
+            data_workers=training.data_workers,
+            prefetch_batches=training.prefetch_batches,
+        ),
         loss_fn=workload.loss_fn or cross_entropy_per_item,
         optimizer=build_optimizer(training.optimizer, model.parameters()),
         schedule=schedule,
@@ -354,7 +365,8 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
         trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
     resumed_from = trainer.step
-    with stop_on_signals(trainer, stop_signals):
+    # closing: the data workers end with the run, whether it completes, stops or raises
+    with stop_on_signals(trainer, stop_signals), contextlib.closing(trainer.batches):
         reason = trainer.fit()
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     if not ranks.is_main:
