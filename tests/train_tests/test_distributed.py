@@ -216,3 +216,24 @@ def test_a_worker_owns_the_devices_of_one_trial() -> None:
     assert len(cpu) == max(1, (os.cpu_count() or 1) // 2)  # the phase's parallelism counts trials
     env = tuner_env()
     assert env  # (the env helper is shared with the orchestration tests)
+
+
+def test_each_ranks_data_workers_read_its_slice(tmp_path: Path) -> None:
+    """2 processes x 2 DataLoader workers train on exactly the batches 2 processes read themselves."""
+    losses = []
+    for workers in (0, 2):
+        folder = tmp_path / f"workers-{workers}"
+        folder.mkdir()
+        shutil.copy(HERE / "item_workload.py", folder / "item_workload.py")
+        study = yaml.safe_load(ddp_study(folder).read_text())
+        study["workload"] = {"name": "item_workload.py:build", "options": {"hidden_sizes": [16]}}
+        study["training"].update(batch_size=32, eval_batch_size=256, max_train_steps=8, eval_every=8,
+                                 data_workers=workers)  # fmt: skip
+        (folder / "study.yaml").write_text(yaml.safe_dump(study))
+        done = run_tuner(
+            "train", str(folder / "study.yaml"), "--output-dir", str(folder / "runs"), "--no-progress",
+            env=tuner_env(OMP_NUM_THREADS="1"),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        losses.append(_losses(folder / "runs" / "ddp" / "train" / "run-001"))
+    assert losses[0] == losses[1] and len(losses[0]) == 8
