@@ -3,7 +3,10 @@
 Options: ``init_dir`` (each rank saves its freshly built model's parameters there, as
 ``init-rank<R>.pt``: the initial weights must be the same on every rank), ``step_sleep_s``,
 ``fail_rank`` + ``fail_at_step`` + ``fail`` (``raise`` or ``kill``: that rank raises, or
-SIGKILLs itself, at that training step), ``marker_dir`` (fail only once: a retry succeeds).
+SIGKILLs itself, at that training step), ``marker_dir`` (fail only once: a retry succeeds),
+``items`` (the training data as a plain ``Dataset`` of ``(inputs, target, {"id": i})`` items,
+read like a user's dataset: by DataLoader workers when ``data_workers`` asks; the same examples
+as the default ``TensorDataset``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 from tuner.workloads import Workload, WorkloadContext
 
@@ -53,6 +56,17 @@ class _Net(torch.nn.Module):
         raise ValueError(f"ddp workload fails on rank {os.environ['RANK']}")
 
 
+class _Items(Dataset):
+    def __init__(self, data: TensorDataset) -> None:
+        self.inputs, self.targets = data.tensors
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        return self.inputs[index], self.targets[index], {"id": index}
+
+
 def build(ctx: WorkloadContext) -> Workload:
     generator = torch.Generator().manual_seed(ctx.seed)
     inputs = torch.randn(150, 6, generator=generator)
@@ -63,9 +77,10 @@ def build(ctx: WorkloadContext) -> Workload:
         torch.save(
             model.state_dict(), Path(ctx.options["init_dir"]) / f"init-rank{os.environ.get('RANK', 0)}.pt"
         )
+    train = TensorDataset(inputs[:120], targets[:120])
     return Workload(
         model=model,
-        train_data=TensorDataset(inputs[:120], targets[:120]),
+        train_data=_Items(train) if ctx.options.get("items") else train,
         eval_data=TensorDataset(inputs[120:], targets[120:]),
         num_classes=3,
     )

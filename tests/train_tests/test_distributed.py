@@ -117,21 +117,43 @@ def test_batch_norm_statistics_are_the_mean_of_the_ranks_after_the_sync(
 
 
 # -- tuner train with 2 processes -------------------------------------------------------------
-def test_two_processes_start_from_the_same_weights_and_rank_0_alone_writes(tmp_path: Path) -> None:
-    study = ddp_study(tmp_path, {"init_dir": str(tmp_path)})
-    done = run_tuner("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One 2-process run, never stopped: what the other runs of the same study must match."""
+    folder = tmp_path_factory.mktemp("straight")
+    study = ddp_study(folder, {"init_dir": str(folder)})
+    done = run_tuner("train", str(study), "--output-dir", str(folder / "runs"), "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
-    first, second = (torch.load(tmp_path / f"init-rank{r}.pt") for r in range(2))
+    return folder, done
+
+
+def test_two_processes_start_from_the_same_weights_and_rank_0_alone_writes(
+    straight_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    folder, done = straight_run
+    first, second = (torch.load(folder / f"init-rank{r}.pt") for r in range(2))
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     # rank 1's words reach the user, marked; rank 0's come as they are
     lines = (done.stdout + done.stderr).splitlines()
     assert sum(line.startswith("[rank 1] built the model") for line in lines) == 1
     assert sum(line.startswith("built the model") for line in lines) == 1
-    run_dir = tmp_path / "runs" / "ddp" / "train" / "run-001"
+    run_dir = folder / "runs" / "ddp" / "train" / "run-001"
     steps = [step for step, _ in _losses(run_dir)]
     assert steps == list(range(1, 25))  # one row per step: a single writer
     assert "completed at step 24/24" in done.stdout
+
+
+def test_each_ranks_data_workers_read_its_slice(
+    tmp_path: Path, straight_run: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    """2 processes x 2 DataLoader workers (the data as a plain Dataset, with metadata) train on
+    exactly the batches 2 processes indexed themselves."""
+    study = ddp_study(tmp_path, {"items": True}, data_workers=2)
+    done = run_tuner("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = _losses(straight_run[0] / "runs" / "ddp" / "train" / "run-001")
+    assert _losses(tmp_path / "runs" / "ddp" / "train" / "run-001") == expected
 
 
 def test_a_crash_of_rank_1_ends_the_run_with_its_own_error(tmp_path: Path) -> None:
@@ -144,13 +166,11 @@ def test_a_crash_of_rank_1_ends_the_run_with_its_own_error(tmp_path: Path) -> No
     assert "--- rank 1 ---" in log and "ddp_workload.py" in log
 
 
-def test_a_stopped_two_process_run_resumes_to_the_same_losses(tmp_path: Path) -> None:
-    straight = ddp_study(tmp_path / "straight")
-    done = run_tuner("train", str(straight), "--output-dir", str(tmp_path / "straight-runs"), "--no-progress")
-    assert done.returncode == 0, done.stderr
-    expected = _losses(tmp_path / "straight-runs" / "ddp" / "train" / "run-001")
-
-    study = ddp_study(tmp_path / "stopped", {"step_sleep_s": 0.15})
+def test_a_stopped_two_process_run_resumes_to_the_same_losses(
+    tmp_path: Path, straight_run: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    expected = _losses(straight_run[0] / "runs" / "ddp" / "train" / "run-001")
+    study = ddp_study(tmp_path / "stopped", {"step_sleep_s": 0.1})
     args = ("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
     command = start_tuner(*args)
     metrics = tmp_path / "runs" / "ddp" / "train" / "run-001" / "metrics.csv"
@@ -216,24 +236,3 @@ def test_a_worker_owns_the_devices_of_one_trial() -> None:
     assert len(cpu) == max(1, (os.cpu_count() or 1) // 2)  # the phase's parallelism counts trials
     env = tuner_env()
     assert env  # (the env helper is shared with the orchestration tests)
-
-
-def test_each_ranks_data_workers_read_its_slice(tmp_path: Path) -> None:
-    """2 processes x 2 DataLoader workers train on exactly the batches 2 processes read themselves."""
-    losses = []
-    for workers in (0, 2):
-        folder = tmp_path / f"workers-{workers}"
-        folder.mkdir()
-        shutil.copy(HERE / "item_workload.py", folder / "item_workload.py")
-        study = yaml.safe_load(ddp_study(folder).read_text())
-        study["workload"] = {"name": "item_workload.py:build", "options": {"hidden_sizes": [16]}}
-        study["training"].update(batch_size=32, eval_batch_size=256, max_train_steps=8, eval_every=8,
-                                 data_workers=workers)  # fmt: skip
-        (folder / "study.yaml").write_text(yaml.safe_dump(study))
-        done = run_tuner(
-            "train", str(folder / "study.yaml"), "--output-dir", str(folder / "runs"), "--no-progress",
-            env=tuner_env(OMP_NUM_THREADS="1"),
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        losses.append(_losses(folder / "runs" / "ddp" / "train" / "run-001"))
-    assert losses[0] == losses[1] and len(losses[0]) == 8
