@@ -121,10 +121,3 @@ def gather_objects(value: Any, ranks: Ranks) -> list[Any]:
     gathered: list[Any] = [None] * ranks.world_size
     dist.all_gather_object(gathered, value)
     return gathered
-
-
-def current_ranks() -> Ranks:
-    """The ranks of the process group this process is in (``SINGLE`` without one)."""
-    if dist.is_available() and dist.is_initialized():
-        return Ranks(dist.get_rank(), dist.get_world_size())
-    return SINGLE

@@ -42,7 +42,6 @@ T = TypeVar("T")
 
 #: After the first failure, how long the other ranks get to report theirs before they are killed.
 FAILURE_GRACE_S = 5.0
-RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
 
 class RankError(TunerError):
@@ -77,6 +76,7 @@ class RankFailure:
     error: BaseException | None  # the exception itself when it survives pickling
     secondary: bool  # a collective failed: most likely because another rank died first
     interrupted: bool  # a second Ctrl-C / SIGTERM: not a failure of the code
+    out_of_memory: bool = False  # judged in the rank, where the error is whether it pickles or not
 
 
 def _dumps(message: Any) -> bytes:
@@ -164,6 +164,8 @@ def _rank_main(
         connection.send_bytes(_dumps(("done", result)))
         code = 0
     except BaseException as error:
+        from tuner.train.workload_errors import is_out_of_memory
+
         interrupted = isinstance(error, KeyboardInterrupt)
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:500]
         failure = RankFailure(
@@ -173,6 +175,7 @@ def _rank_main(
             error=_portable(error),
             secondary=not interrupted and _is_collective_failure(error),
             interrupted=interrupted,
+            out_of_memory=is_out_of_memory(error),
         )
         with contextlib.suppress(Exception):
             connection.send_bytes(_dumps(("failed", failure)))
@@ -296,7 +299,7 @@ def _wait_for_ranks(
 def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
     """The failure that explains the others (see the module docstring), with every traceback."""
 
-    def rank_of(item: tuple[int, RankFailure | RankKilled]) -> tuple[int, int]:
+    def precedence(item: tuple[int, RankFailure | RankKilled]) -> tuple[int, int]:
         rank, failure = item
         if isinstance(failure, RankKilled):
             return (2, rank)
@@ -304,7 +307,7 @@ def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
             return (0, rank)
         return (3 if failure.secondary else 1, rank)
 
-    rank, failure = min(failures.items(), key=rank_of)
+    rank, failure = min(failures.items(), key=precedence)
     error: BaseException
     if isinstance(failure, RankKilled):
         error = failure
@@ -313,19 +316,10 @@ def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
     elif rank == 0 and failure.error is not None:
         error = failure.error
     else:
-        oom = getattr(failure.error, "out_of_memory", False) or _is_out_of_memory(failure.error)
-        error = RankError(failure.text if rank == 0 else f"rank {rank}: {failure.text}", out_of_memory=oom)
-    tracebacks = [
-        f"--- rank {r} ---\n{f.traceback if isinstance(f, RankFailure) else str(f) + chr(10)}"
+        text = failure.text if rank == 0 else f"rank {rank}: {failure.text}"
+        error = RankError(text, out_of_memory=failure.out_of_memory)
+    error.rank_tracebacks = "".join(  # type: ignore[attr-defined]
+        f"--- rank {r} ---\n" + (f.traceback if isinstance(f, RankFailure) else f"{f}\n")
         for r, f in sorted(failures.items())
-    ]
-    error.rank_tracebacks = "".join(tracebacks)  # type: ignore[attr-defined]
+    )
     return error
-
-
-def _is_out_of_memory(error: BaseException | None) -> bool:
-    if error is None:
-        return False
-    from tuner.train.workload_errors import is_out_of_memory
-
-    return is_out_of_memory(error)

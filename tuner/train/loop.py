@@ -226,7 +226,8 @@ class Trainer:
         """The ``checkpoint`` event; with several processes, every rank takes part first: the
         batch-norm statistics are averaged and every rank's RNG state goes into the file."""
         if self.ranks.distributed:
-            average_batch_norm_stats(self.model, self.ranks)
+            if self.last_eval_step != self.step:  # an eval at this step averaged them already
+                average_batch_norm_stats(self.model, self.ranks)
             self._rank_rngs = gather_objects(rng_state(), self.ranks)
         self.emit(Event.CHECKPOINT)
 

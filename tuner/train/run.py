@@ -306,13 +306,13 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
             f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
             f"it computes: {', '.join(evaluator.output_names())}"
         )
-    split_classes = _split_class_counts(workload, evaluator) if "per_class" in workload.metrics else None
+    # status.json's, so rank 0's alone
+    per_class = "per_class" in workload.metrics and ranks.is_main
+    split_classes = _split_class_counts(workload, evaluator) if per_class else None
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
-    callbacks: list[Callback] = (
-        [tracker]
-        if not ranks.is_main
-        else [
-            tracker,
+    callbacks: list[Callback] = [tracker]
+    if ranks.is_main:  # one writer: the files, the progress and the caller's callbacks are rank 0's
+        callbacks += [
             CheckpointCallback(
                 run_dir / "checkpoints",
                 tracker,
@@ -323,18 +323,17 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
             PredictionsLogger(run_dir / "predictions.csv"),
             *extra_callbacks,
         ]
-    )
-    if training.tensorboard and ranks.is_main:
-        callbacks.append(TensorBoardLogger(run_dir / "tensorboard", training.log_every))
-    if progress and ranks.is_main:
-        callbacks.append(
-            ProgressCallback(
-                console or PipeSafeConsole(stderr=True),
-                refresh_every=training.log_every,
-                headline=[spec.objective.metric],
-                label=spec.name,
+        if training.tensorboard:
+            callbacks.append(TensorBoardLogger(run_dir / "tensorboard", training.log_every))
+        if progress:
+            callbacks.append(
+                ProgressCallback(
+                    console or PipeSafeConsole(stderr=True),
+                    refresh_every=training.log_every,
+                    headline=[spec.objective.metric],
+                    label=spec.name,
+                )
             )
-        )
     trainer = Trainer(
         model=model,
         batches=StepBatches(
