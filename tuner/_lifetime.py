@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import multiprocessing
 import os
 import signal
+from collections.abc import Iterator
 
 PR_SET_PDEATHSIG = 1
 
@@ -22,3 +25,20 @@ def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) ->
         pass
     if parent_pid is not None and os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
+
+
+@contextlib.contextmanager
+def children_allowed() -> Iterator[None]:
+    """Let a daemonic process start children that ``die_with_parent``: a trial process is one
+    (its worker makes it a daemon, so it dies with the worker), and multiprocessing refuses
+    children to a daemon for fear of orphans. Children that die with their parent cannot be
+    orphaned, so the flag is lifted while they start, and put back."""
+    process = multiprocessing.current_process()
+    daemonic = process.daemon
+    if daemonic:
+        process.daemon = False
+    try:
+        yield
+    finally:
+        if daemonic:
+            process.daemon = True

@@ -131,12 +131,6 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
 
     if threads:
         torch.set_num_threads(threads)
-    if job.spec.training.processes_per_trial > 1:
-        # the ranks are our children, and multiprocessing forbids a daemonic process children;
-        # the flag only mattered to our parent's exit, and die_with_parent covers that
-        import multiprocessing
-
-        multiprocessing.current_process().daemon = False
     started = time.perf_counter()
     own = job.extra_callbacks() if job.extra_callbacks is not None else []
     try:

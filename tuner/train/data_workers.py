@@ -26,7 +26,6 @@ decides how to stop. A worker is killed by the kernel if its parent dies, even b
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import multiprocessing
 import os
@@ -40,7 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tuner._lifetime import die_with_parent
+from tuner._lifetime import children_allowed, die_with_parent
 from tuner.errors import WorkloadCodeError
 from tuner.train.fetching import fetch_step
 from tuner.train.workload_errors import blame_workload
@@ -123,23 +122,6 @@ def _worker_started(worker_id: int, parent_pid: int) -> None:
     die_with_parent(signal.SIGKILL, parent_pid)
 
 
-@contextlib.contextmanager
-def _children_allowed() -> Iterator[None]:
-    """Let a daemonic process start the workers: a trial process is one (its worker makes it a
-    daemon, so it dies with the worker), and multiprocessing refuses children to a daemon for
-    fear of orphans. Ours cannot be orphaned (they die with their parent, ``_worker_started``),
-    so the flag is lifted while they start, and put back."""
-    process = multiprocessing.current_process()
-    daemonic = process.daemon
-    if daemonic:
-        process.daemon = False
-    try:
-        yield
-    finally:
-        if daemonic:
-            process.daemon = True
-
-
 def _context() -> Any:
     """``fork`` on Linux (see the module docstring); elsewhere the platform's default."""
     if sys.platform.startswith("linux"):
@@ -191,7 +173,7 @@ class WorkerStream:
             if self._iterator is not None:
                 self.restarts += 1
             # the first call starts the workers; later ones reset them (persistent_workers)
-            with _children_allowed():
+            with children_allowed():
                 self._iterator = iter(self._loader)
         self._next_step = None  # if next() raises, the stream is in an unknown place
         batch = next(self._iterator)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, TypeVar
 
-from tuner._lifetime import die_with_parent
+from tuner._lifetime import children_allowed, die_with_parent
 from tuner.errors import TunerError
 from tuner.train.distributed import Ranks
 
@@ -223,7 +223,8 @@ def launch(
                 daemon=True,
                 name=f"tuner-rank-{rank}",
             )
-            process.start()
+            with children_allowed():  # a trial process is a daemon; its ranks die with it
+                process.start()
             writer.close()
             processes[rank], connections[rank] = process, reader
         with _forward_stop_signals(processes):
