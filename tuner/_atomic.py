@@ -34,8 +34,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *, durable
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         tmp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename is None:
+            error.filename = str(path)  # a write(2) names no file: a full disk is then reported with it
         raise
     if durable:
         _fsync_folder(path.parent)

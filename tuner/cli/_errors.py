@@ -1,8 +1,9 @@
 """User errors -> one red line on stderr and an exit code; tracebacks only with TUNER_DEBUG=1.
 
-Exit codes: 0 success; 1 the work failed; 2 bad input or usage; 70 internal error (a bug in
-tuner: EX_SOFTWARE of sysexits.h, so scripts and ``run-round`` can tell it from a spent failure
-budget); 130 interrupted.
+Exit codes: 0 success; 1 the work failed; 2 bad input or usage, or a bad environment (a full or
+read-only disk, a denied path, memory exhausted: ``tuner._environment_faults``); 70 internal error
+(a bug in tuner: EX_SOFTWARE of sysexits.h, so scripts and ``run-round`` can tell it from a spent
+failure budget); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import typer
 from rich.markup import escape
 
+from tuner._environment_faults import environment_fault
 from tuner.cli._console import error_line
 from tuner.errors import TunerError
 
@@ -48,6 +50,10 @@ def guarded(command: F) -> F:
         except Exception as error:
             if debug():
                 raise
+            fault = environment_fault(error)
+            if fault is not None:  # the machine's, not a bug: the user can fix it
+                error_line(escape(fault.message))
+                raise typer.Exit(EXIT_USAGE) from None
             first_line = (str(error).strip().splitlines() or [""])[0]
             error_line(
                 escape(
