@@ -105,7 +105,13 @@ def open_storage(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-    url = _normalise(url)
+    parsed = parse_storage_url(url)
+    if parsed.in_memory:
+        raise UsageError(
+            f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
+            f"see empty: give a file, sqlite:///PATH, or postgresql://USER@HOST/DB"
+        )
+    url = parsed.url
     for attempt in range(OPEN_ATTEMPTS):
         try:
             with _creation_lock(url):
@@ -146,6 +152,25 @@ def _commit_without_fsync(engine: Any) -> None:
     engine.dispose()  # connections opened while creating the storage reconnect with the pragma
 
 
+def _sqlite_folder(path: Path) -> Path:
+    """The database's folder, created if missing; a path the machine cannot hold is one line."""
+    with _environment_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path.parent
+
+
+@contextlib.contextmanager
+def _environment_errors(path: Path) -> Iterator[None]:
+    """An ``OSError`` on the database's folder is the environment's (exit 2), never tuner's bug."""
+    try:
+        yield
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        raise UsageError(f"cannot create the storage {path}: {blocking} is a file, not a folder") from None
+    except OSError as error:
+        raise UsageError(f"cannot create the storage {path}: {error.strerror or error}") from None
+
+
 @contextlib.contextmanager
 def _creation_lock(url: str) -> Iterator[None]:
     """SQLite: one process at a time creates the tables (else "table already exists" races)."""
@@ -153,8 +178,10 @@ def _creation_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.with_name(f".{path.name}.init.lock").open("a+") as handle:
+    folder = _sqlite_folder(path)
+    with _environment_errors(path):
+        handle = (folder / f".{path.name}.init.lock").open("a+")
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             _prepare_sqlite(path)
