@@ -41,27 +41,14 @@ def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -
             signals.sleep(0.2)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    """The database file of an SQLite URL (None for another backend or an in-memory database)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None  # open_storage says what is wrong with it
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
 def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
     """A worker never creates a storage: an SQLite file that does not exist is a wrong path
     (another --output-dir, a study file with another name), or, for a worker that ``run-round``
     started, one the command is about to create."""
+    from tuner.orchestrate.storage_url import sqlite_file
     from tuner.output import shown_path
 
-    path = _sqlite_file(url)
+    path = sqlite_file(url)
     if path is None:
         return
     deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)

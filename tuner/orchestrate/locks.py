@@ -61,9 +61,12 @@ class LostLocks:
 
 def sqlite_lock_path(url: str, name: str) -> Path | None:
     """The lock file of phase ``name``: the same however the URL spells the database's path."""
-    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+    from tuner.orchestrate.storage_url import sqlite_file
+
+    database = sqlite_file(url)
+    if database is None:
         return None
-    path = Path(url.split("sqlite:///", 1)[1].split("?", 1)[0]).resolve()
+    path = database.resolve()
     return path.with_name(f".{path.name}.{_lock_key(name) & 0xFFFFFFFF:08x}.lock")
 
 
@@ -79,10 +82,16 @@ def phase_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
                 yield PhaseLock()
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-    elif url.startswith("postgresql"):
+    elif is_postgres(url):
         yield from _postgres_lock(storage, name)
     else:  # in-memory: one process at most, nothing to coordinate
         yield PhaseLock()
+
+
+def is_postgres(url: str) -> bool:
+    from tuner.orchestrate.storage_url import is_postgres as postgres
+
+    return postgres(url)
 
 
 def _postgres_lock(storage: Any, name: str) -> Iterator[PhaseLock]:

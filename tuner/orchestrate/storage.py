@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
+from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
 STORAGE_ENV = "TUNER_STORAGE"
@@ -71,40 +72,19 @@ def resolve_storage_url(configured: str | None, output_dir: Path, study_name: st
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
-    if url.startswith("sqlite"):
+    if parse_storage_url(url).backend is Backend.SQLITE:
         return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
     return {"pool_pre_ping": True, "pool_recycle": 3600}
 
 
-SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB"
-
-
 def _normalise(url: str) -> str:
-    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2.
-
-    Only SQLite and PostgreSQL are accepted: the phase lock (``locks.py``) exists for those two,
-    and a storage without it would let workers overshoot budgets and claim a slot twice.
-    """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("postgresql", "postgres"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if scheme == "sqlite" or scheme.startswith("postgresql+"):  # the lock works with any driver
-        return url
-    raise UsageError(
-        f"storage {redact_url(url)} is not supported: tuner stores studies in {SUPPORTED} "
-        "(MySQL/MariaDB have no phase lock here)"
-    )
+    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2; anything
+    but SQLite and PostgreSQL is refused (see ``storage_url``)."""
+    return parse_storage_url(url).url
 
 
-def _prepare_sqlite_folder(url: str) -> None:
-    Path(url.split("sqlite:///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
-
-
-def _prepare_sqlite(url: str) -> None:
+def _prepare_sqlite(path: Path) -> None:
     """Switch the file to WAL (persistent: once per database file)."""
-    path = url.split("sqlite:///", 1)[1]
-    if not path or path == ":memory:":
-        return
     with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as connection:
         connection.execute("PRAGMA journal_mode=WAL")
 
@@ -125,7 +105,13 @@ def open_storage(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-    url = _normalise(url)
+    parsed = parse_storage_url(url)
+    if parsed.in_memory:
+        raise UsageError(
+            f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
+            f"see empty: give a file, sqlite:///PATH, or postgresql://USER@HOST/DB"
+        )
+    url = parsed.url
     for attempt in range(OPEN_ATTEMPTS):
         try:
             with _creation_lock(url):
@@ -136,7 +122,7 @@ def open_storage(
                     grace_period=grace_period_s,
                     **callbacks,
                 )
-            if url.startswith("sqlite"):
+            if parse_storage_url(url).backend is Backend.SQLITE:
                 _commit_without_fsync(storage.engine)
             return storage
         except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
@@ -166,18 +152,39 @@ def _commit_without_fsync(engine: Any) -> None:
     engine.dispose()  # connections opened while creating the storage reconnect with the pragma
 
 
+def _sqlite_folder(path: Path) -> Path:
+    """The database's folder, created if missing; a path the machine cannot hold is one line."""
+    with _environment_errors(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path.parent
+
+
+@contextlib.contextmanager
+def _environment_errors(path: Path) -> Iterator[None]:
+    """An ``OSError`` on the database's folder is the environment's (exit 2), never tuner's bug."""
+    try:
+        yield
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        raise UsageError(f"cannot create the storage {path}: {blocking} is a file, not a folder") from None
+    except OSError as error:
+        raise UsageError(f"cannot create the storage {path}: {error.strerror or error}") from None
+
+
 @contextlib.contextmanager
 def _creation_lock(url: str) -> Iterator[None]:
     """SQLite: one process at a time creates the tables (else "table already exists" races)."""
-    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+    path = parse_storage_url(url).sqlite_file
+    if path is None:
         yield
         return
-    _prepare_sqlite_folder(url)
-    path = Path(url.split("sqlite:///", 1)[1])
-    with path.with_name(f".{path.name}.init.lock").open("a+") as handle:
+    folder = _sqlite_folder(path)
+    with _environment_errors(path):
+        handle = (folder / f".{path.name}.init.lock").open("a+")
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            _prepare_sqlite(url)
+            _prepare_sqlite(path)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -16,11 +16,11 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
-from tuner.orchestrate.storage import _normalise, _scrub, redact_url
+from tuner.orchestrate.storage import _scrub, redact_url
+from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 PHASE_SEPARATOR = "/"
 
@@ -193,13 +193,13 @@ def open_reader(url: str) -> StorageReader:
 
     from tuner.orchestrate import _optuna_adapter as adapter
 
-    normalised = _normalise(url)
-    if normalised.startswith("sqlite:///"):
-        path = normalised.split("sqlite:///", 1)[1]
-        if not path or path == ":memory:" or not Path(path).is_file():
-            raise UsageError(
-                f"no study storage at {path or url}: nothing has run there (check --output-dir / --storage)"
-            )
+    parsed = parse_storage_url(url)
+    normalised = parsed.url
+    if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.is_file()):
+        raise UsageError(
+            f"no study storage at {parsed.sqlite_file or url}: nothing has run there "
+            "(check --output-dir / --storage)"
+        )
     try:
         engine = create_engine(normalised, **_read_engine_kwargs(normalised))
         with engine.connect() as connection:
@@ -214,6 +214,6 @@ def open_reader(url: str) -> StorageReader:
 
 
 def _read_engine_kwargs(url: str) -> Mapping[str, Any]:
-    if url.startswith("sqlite"):
+    if parse_storage_url(url).backend is Backend.SQLITE:
         return {"connect_args": {"timeout": 60}}
     return {"pool_pre_ping": True}

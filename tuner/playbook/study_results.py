@@ -37,12 +37,10 @@ def store_recommendation(phase_study: Any, steps: int | None) -> None:
 def open_existing_storage(url: str) -> Any:
     """The storage at ``url``, or None for an SQLite file that does not exist (readers such as
     ``validate`` and ``estimate`` never create one)."""
-    from pathlib import Path
-
     from tuner.orchestrate import open_storage
+    from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
-    if url.startswith("sqlite:///"):
-        path = url.split("sqlite:///", 1)[1]
-        if not path or path == ":memory:" or not Path(path).exists():
-            return None
+    parsed = parse_storage_url(url)
+    if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.exists()):
+        return None
     return open_storage(url)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from rich.text import Text
 
+from tuner.orchestrate.storage_url import sqlite_file
 from tuner.output import shown_path
 from tuner.report.build import PhaseReport, StudyReport
 from tuner.report.findings import Finding, Level, fmt
@@ -24,9 +25,8 @@ MARKS = {Level.WARNING: ("!", "bold yellow"), Level.OK: ("✓", "green"), Level.
 def render_report(report: StudyReport, width: int = WIDTH) -> list[Text]:
     width = max(60, min(WIDTH, width))
     count = f"{len(report.phases)} phases, latest first" if len(report.phases) != 1 else "1 phase"
-    storage = report.storage
-    if storage.startswith("sqlite:///"):
-        storage = shown_path(storage.removeprefix("sqlite:///"))
+    database = sqlite_file(report.storage)
+    storage = shown_path(database) if database is not None else report.storage
     lines = labelled("study", f"{report.study} ({count})", width) + labelled("storage", storage, width)
     for phase in report.phases:
         lines.append(Text(""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from tuner._format import duration
+from tuner.orchestrate.storage_url import is_postgres, sqlite_file
 from tuner.output import shown_path
 from tuner.report.findings import fmt
 from tuner.report.terminal import LABEL, WIDTH, labelled, wrap
@@ -78,7 +79,8 @@ def _best(best: BestRow | None, width: int) -> list[Text]:
 def _path(label: str, path: str, note: str, width: int, style: str = "") -> list[Text]:
     """A path after its label (relative to the current folder when inside it; an SQLite URL as its
     file), or, too long for that, on a line of its own (never broken), then ``note``."""
-    path = shown_path(path.removeprefix("sqlite:///")) if not path.startswith("postgres") else path
+    database = sqlite_file(path)
+    path = shown_path(database if database is not None else path) if not is_postgres(path) else path
     if LABEL + len(path) <= width:
         return labelled(label, f"{path} {note}".rstrip(), width, style)
     lines = [Text(label, style="bold"), Text("  " + path, style=style)]

@@ -83,6 +83,11 @@ def message_for(error: ErrorDetails, model: type[BaseModel], path: Path_) -> str
                 f"(it becomes a folder name), got {describe(value)}"
             )
         return f"expected text matching {ctx.get('pattern')}, got {describe(value)}"
+    if kind == "string_too_long" and path and path[-1] == "name":
+        return (
+            f"a study name has at most {ctx.get('max_length')} characters (it names the study's folder "
+            f"and, with its phase, the study in the storage), got {len(str(value))}: {describe(value)}"
+        )
     if kind in ("too_short", "string_too_short"):
         return f"expected at least {ctx.get('min_length')} item(s), got {describe(value)}"
     if kind == "value_error":

@@ -18,7 +18,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 # A study name becomes a folder name: no separators, no "..", nothing that escapes the output dir.
-STUDY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+STUDY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+STUDY_NAME_MAX = 64  # a folder name, and with its phase an Optuna study name: kept short and fixed
 
 
 class _Model(BaseModel):
@@ -277,7 +278,7 @@ class RoundsSpec(_Model):
 
 
 class StudySpec(_Model):
-    name: str = Field(pattern=STUDY_NAME_PATTERN)
+    name: str = Field(pattern=STUDY_NAME_PATTERN, max_length=STUDY_NAME_MAX)
     description: str = ""
     seed: NonNegativeInt = 0
     workload: WorkloadSpec

@@ -1,0 +1,84 @@
+"""A storage URL, parsed once: which backend, and for SQLite which database file.
+
+Every place that needs the file of ``sqlite:///PATH`` (WAL mode, the phase lock files, a
+reader that must not create a database, a header that shows the path) asks here. Splitting on
+``sqlite:///`` by hand got ``sqlite:////x/study.db?timeout=30`` wrong: the query string became
+part of the file name, and WAL mode and the lock files went to a stray ``study.db?timeout=30``.
+SQLAlchemy's ``make_url`` is the parser its engine uses, so both agree on the file.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.errors import UsageError
+
+SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
+class Backend(enum.Enum):
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+
+
+@dataclass(frozen=True)
+class StorageUrl:
+    """``url`` is what the engine is given (``postgresql://`` spelled with the psycopg 3 driver);
+    ``sqlite_file`` the database file (None for PostgreSQL or an in-memory SQLite database)."""
+
+    url: str
+    backend: Backend
+    sqlite_file: Path | None = None
+
+    @property
+    def in_memory(self) -> bool:
+        return self.backend is Backend.SQLITE and self.sqlite_file is None
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def parse_storage_url(url: str) -> StorageUrl:
+    """The parsed ``url``; anything but SQLite or PostgreSQL is refused (exit 2).
+
+    Only SQLite and PostgreSQL are accepted: the phase lock (``locks.py``) exists for those two,
+    and a storage without it would let workers overshoot budgets and claim a slot twice.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from tuner.spec import redact_storage_url
+
+    scheme = _scheme(url)
+    if scheme in ("postgresql", "postgres"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    elif scheme != "sqlite" and not scheme.startswith("postgresql+"):  # the lock works with any driver
+        raise UsageError(
+            f"storage {redact_storage_url(url)} is not supported: tuner stores studies in {SUPPORTED} "
+            "(MySQL/MariaDB have no phase lock here)"
+        )
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise UsageError(f"storage {redact_storage_url(url)} is not a valid URL: give {SUPPORTED}") from None
+    if parsed.get_backend_name() == "postgresql":
+        return StorageUrl(url, Backend.POSTGRESQL)
+    database = parsed.database
+    in_memory = database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+    return StorageUrl(url, Backend.SQLITE, None if in_memory else Path(str(database)))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of an SQLite URL; None for any other URL (even one that is refused:
+    whoever opens it says what is wrong with it)."""
+    try:
+        return parse_storage_url(url).sqlite_file
+    except UsageError:
+        return None
+
+
+def is_postgres(url: str) -> bool:
+    return _scheme(url).startswith("postgres")
