@@ -21,6 +21,8 @@ from tuner.report.study_data import PhaseData, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
 
 SCHEMA = "tuner.report/1"
+# completed trials a phase needs before "all fine" means anything: most verdicts need 3
+MIN_TO_JUDGE = 3
 
 
 @dataclass
@@ -137,6 +139,12 @@ def _next_steps(report: PhaseReport) -> list[str]:
     if not steps and report.health.trend in ("improving", "plateaued", "slowing"):
         progress = [f.advice for f in report.health.findings if f.kind == "progress" and f.advice]
         steps += progress
-    if not steps and report.data.completed:
+    completed = len(report.data.completed)
+    if not steps and completed >= MIN_TO_JUDGE:
         steps.append("nothing to change: this phase's verdicts are all fine")
+    elif not steps and completed:
+        steps.append(
+            f"only {completed} completed trial{'s' if completed > 1 else ''}: too few to judge this phase "
+            f"(its verdicts need at least {MIN_TO_JUDGE}); nothing here says the phase is fine"
+        )
     return list(dict.fromkeys(steps))
