@@ -297,3 +297,43 @@ def test_nothing_to_change_writes_no_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "nothing to change: the report suggests no change to" in result.output
     assert not destination.exists()
+
+
+def _judged_by_round_2(tmp_path: Path, *, max_train_steps: int, round1_steps: int, best_step: int) -> Built:
+    """Round 1 in steps, then round 2 at full length whose best steps all sit at ``best_step``."""
+    from tuner.playbook.plan import load_plan
+
+    built = commented_study(
+        tmp_path, max_train_steps=max_train_steps, length=f"steps: {round1_steps}   # round 1's length"
+    )
+    fill_round1(built, INSIDE, best_step=round1_steps // 2)
+    second = built.start("round-2")
+    plan = load_plan(second.user_attrs)
+    assert plan is not None and plan.trial_steps == max_train_steps
+    for slot, planned in enumerate(plan.slots):
+        add_trial(second, slot, 0.1 + slot / 100, planned.values, best_step=best_step, **planned.attrs)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("best_step", "new_max", "new_round1"),
+    [(80, 120, 30), (5, 10, 10)],  # late: 1.5 x longer; early: 2 x the best step, round 1 with it
+    ids=["longer", "shorter"],
+)
+def test_round_1_in_steps_keeps_its_share_when_max_train_steps_changes(
+    tmp_path: Path, best_step: int, new_max: int, new_round1: int
+) -> None:
+    built = _judged_by_round_2(tmp_path, max_train_steps=80, round1_steps=20, best_step=best_step)
+    destination = tmp_path / "toy-2.yaml"
+
+    result = write_next(built, destination)
+
+    assert result.exit_code == 0, result.output
+    written = destination.read_text()
+    document = yaml.safe_load(written)
+    assert document["training"]["max_train_steps"] == new_max
+    assert document["rounds"]["round1"]["steps"] == new_round1  # 20 of 80 steps before: a quarter
+    assert reason_above(written, f"    steps: {new_round1}   # round 1's length").startswith(
+        f"steps 20 -> {new_round1}: round 1 keeps its share of max_train_steps"
+    )
+    assert CliRunner().invoke(app, ["validate", str(destination)]).exit_code == 0

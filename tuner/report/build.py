@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ from tuner.report.study_data import PhaseData, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
 
 SCHEMA = "tuner.report/1"
+MAX_TRAIN_STEPS = ("training", "max_train_steps")
+# completed trials a phase needs before "all fine" means anything: most verdicts need 3
+MIN_TO_JUDGE = 3
 
 
 @dataclass
@@ -84,12 +88,39 @@ class StudyReport:
             if report.boundaries is not None and not judged_ranges and _judged(report.boundaries.findings):
                 judged_ranges = True
                 chosen += report.boundaries.suggestions
-        return chosen
+        return chosen + _round_lengths(chosen, self.phases)
 
     def to_json(self) -> dict[str, Any]:
         from tuner.report.json_output import report_json
 
         return report_json(self)
+
+
+def _round_lengths(chosen: list[Suggestion], phases: list[PhaseReport]) -> list[Suggestion]:
+    """A round whose length is given in ``steps`` keeps its share of ``max_train_steps`` when that
+    changes, up or down (round 1 at 20% stays at 20%), rounded up to ``eval_every``; a round the
+    best-step verdict already set is left to it."""
+    length = next((s for s in chosen if s.path == MAX_TRAIN_STEPS), None)
+    plan = next((p.data.plan for p in phases if p.data.plan is not None), None)
+    if length is None or plan is None or not length.old or not length.new:
+        return []
+    config = plan.config
+    eval_every = int(config.get("training", {}).get("eval_every") or 1)
+    taken = {s.path for s in chosen}
+    scaled = []
+    for key, spec in (config.get("rounds") or {}).items():
+        steps = spec.get("steps") if isinstance(spec, dict) else None
+        path = ("rounds", key, "steps")
+        if not isinstance(steps, int) or path in taken:
+            continue
+        new = min(int(length.new), eval_every * math.ceil(steps * length.new / length.old / eval_every))
+        if new != steps:
+            reason = (
+                f"{key.replace('round', 'round ')} keeps its share of max_train_steps ({steps} of "
+                f"{length.old} steps before, max_train_steps {length.old} -> {length.new})"
+            )
+            scaled.append(Suggestion(path, steps, new, reason))
+    return scaled
 
 
 def _judged(findings: list[Finding]) -> bool:
@@ -137,6 +168,12 @@ def _next_steps(report: PhaseReport) -> list[str]:
     if not steps and report.health.trend in ("improving", "plateaued", "slowing"):
         progress = [f.advice for f in report.health.findings if f.kind == "progress" and f.advice]
         steps += progress
-    if not steps and report.data.completed:
+    completed = len(report.data.completed)
+    if not steps and completed >= MIN_TO_JUDGE:
         steps.append("nothing to change: this phase's verdicts are all fine")
+    elif not steps and completed:
+        steps.append(
+            f"only {completed} completed trial{'s' if completed > 1 else ''}: too few to judge this phase "
+            f"(its verdicts need at least {MIN_TO_JUDGE}); nothing here says the phase is fine"
+        )
     return list(dict.fromkeys(steps))

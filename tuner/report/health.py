@@ -3,7 +3,8 @@
 Rules (stated in every verdict):
 - failure rate = failed / finished slots (a retried attempt is not a failure, only a slot's
   last attempt counts; divergence is not a failure); more than 20% of at least 5 finished trials
-  is a warning, as during the run;
+  is a warning, as during the run; every finished trial failed is a warning at any count (with the
+  top reason); some failures among fewer than 5 finished trials are too few to judge (info);
 - a divergence region: a numeric hyperparameter with a threshold beyond which at least
   ``REGION_PURITY`` of the finished trials diverged, holding every diverged trial;
 - still improving: a new best value among the last quarter of completed trials (in the order
@@ -117,23 +118,35 @@ def _failure_rate(phase: PhaseData, result: HealthResult) -> None:
     failed = len(phase.with_state(SlotState.FAILED))
     finished = failed + len(phase.with_state(SlotState.COMPLETE, SlotState.STOPPED, SlotState.DIVERGED))
     rate = failed / finished if finished else 0.0
-    rule = f"a warning above {FAILURE_WARNING_RATE:.0%} of at least {MIN_FINISHED_FOR_RATE} finished trials"
+    rule = (
+        f"a warning when every finished trial failed, or above {FAILURE_WARNING_RATE:.0%} of at least "
+        f"{MIN_FINISHED_FOR_RATE} finished trials; under {MIN_FINISHED_FOR_RATE}, some failures are too few "
+        "to judge"
+    )
     why = ", ".join(f"{n} {reason}" for reason, n in result.reasons.items())
-    if finished >= MIN_FINISHED_FOR_RATE and rate > FAILURE_WARNING_RATE:
-        level, advice = (
-            Level.WARNING,
-            (
-                "read the failed trials' error.log (tuner report --csv lists their run folders) and fix the "
-                "cause before running more trials"
-            ),
-        )
+    fix = (
+        "read the failed trials' error.log (tuner report --csv lists their run folders) and fix the "
+        "cause before running more trials"
+    )
+    level: Level = Level.OK
+    advice: str | None = None
+    if finished and failed == finished:
+        top, count = max(result.reasons.items(), key=lambda item: (item[1], item[0]))
+        level, advice = Level.WARNING, fix
+        every = "the only trial" if finished == 1 else f"all {finished} trials"
+        detail = f": {why}" if len(result.reasons) > 1 else ""
+        text = f"{every} failed (top reason: {top}, {of(count, finished)}{detail}): nothing was learned"
+    elif finished >= MIN_FINISHED_FOR_RATE and rate > FAILURE_WARNING_RATE:
+        level, advice = Level.WARNING, fix
         text = (
             f"{pct(rate)} of trials failed ({of(failed, finished)}: {why}): the machinery, not the search "
             "space, is deciding this phase"
         )
     else:
-        level, advice = Level.OK, None
         text = f"failure rate {pct(rate)} ({of(failed, finished)} failed{': ' + why if why else ''})"
+        if rate > FAILURE_WARNING_RATE:  # under MIN_FINISHED_FOR_RATE finished trials
+            level = Level.INFO
+            text += f": too few finished trials to judge the rate (needs {MIN_FINISHED_FOR_RATE})"
     result.findings.append(
         FailureRate(
             failed=failed,

@@ -19,7 +19,9 @@ NaN or infinite become ``null``. Schema::
           "health": {"counts", "failure_reasons": {reason: n}, "attempts", "rule",
                      "best_so_far": [{"trial", "value", "best"}], "verdicts": [...]},
           "transfer": null | {"source_phase", "points": [{"source_trial", "source_value", "value",
-                              "seeds", "source_rank", "rank"}], "verdicts": [...]},
+                              "seeds", "source_rank", "rank",
+                              "source_noise": [low, high]|null, "noise": [low, high]|null}],
+                              "verdicts": [...]},
           "sweep_lr": null | {... tuner sweep-lr --json's "rows", "verdicts", ...},
           "imbalance": null | {"trial", "step", "minority_rule", "classes": [{"split", "class",
                                "examples", "share", "correct", "recall", "minority"}], "verdicts"},
@@ -40,7 +42,9 @@ numbers}``; the kinds: ``best_step_early``, ``best_step_late``, ``best_step_ok``
 ``range_edge_at_field_limit``, ``range_ok``, ``ranges_too_few``, ``categorical_never_tried``,
 ``categorical_never_won``, ``categorical_one_value``; ``failure_rate``, ``divergence_region``,
 ``diverged_scattered``, ``progress`` (``trend``: improving, slowing, plateaued, too_few);
-``rank_correlation`` (``quality``: good, weak, reversed, too_few), ``source_too_short``,
+``rank_correlation`` (``quality``: good, weak, reversed, within_noise, too_few;
+``changed_beyond_noise``: pairs that changed order by more than the noise, null if unmeasured),
+``source_too_short``,
 ``lr_multiplier``; ``minority_few_examples``, ``minority_counts``, ``train_sample_skew``.
 """
 

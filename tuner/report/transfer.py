@@ -6,25 +6,34 @@ trial it came from (``source_trial``, ``source_value``). Rules (stated in every 
 - the rank correlation is Spearman's (scipy), over points with a round-2 value, from 3 points;
 - top-k overlap: k = half the points (at least 1), the share of round 1's top k that stay in
   round 2's top k;
+- against noise (``tuner.report.noise``): a pair of points changed order only when both rounds
+  tell them apart (their noise bands do not overlap) and disagree; below ``GOOD``, a ranking whose
+  every order change lies inside the noise is "within noise", not weak or reversed (round 1 picked
+  points that are as good as each other); with no measure of noise, the verdict says so;
 - round 1 was too short to rank reliably when at least half of its completed trials had their
-  best step in the last 25% (they were still improving when stopped).
+  best step in the last 25% (they were still improving when stopped); a warning only when the
+  ranking measurably failed to transfer (weak or reversed), a note otherwise.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from dataclasses import dataclass, field
+from itertools import combinations
 from typing import Any, ClassVar, Literal
 
 from tuner.report.best_step import LATE
 from tuner.report.findings import Finding, Level, fmt, of, ordinal
+from tuner.report.noise import RULE as NOISE_RULE
+from tuner.report.noise import Band, Noise, measure_noise
 from tuner.report.study_data import PhaseData, SlotState
 
 MIN_POINTS = 3
 GOOD = 0.5  # rho at or above: transferred well
 
-Quality = Literal["good", "weak", "reversed", "too_few"]
+Quality = Literal["good", "weak", "reversed", "within_noise", "too_few"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class TransferPoint:
     seeds: int
     source_rank: int  # 1 = round 1's best among the points
     rank: int | None  # 1 = round N's best among the points
+    source_noise: Band | None = None  # round 1's value's noise band; None: not measured
+    noise: Band | None = None  # round N's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +55,8 @@ class TransferPoint:
             "seeds": self.seeds,
             "source_rank": self.source_rank,
             "rank": self.rank,
+            "source_noise": self.source_noise.to_json() if self.source_noise else None,
+            "noise": self.noise.to_json() if self.noise else None,
         }
 
 
@@ -56,6 +69,9 @@ class RankCorrelation(Finding):
     top_k: int
     top_k_overlap: int
     best_stayed_best: bool | None
+    # pairs of points whose order changed by more than both rounds' noise; None: noise not measured
+    changed_beyond_noise: int | None = None
+    noise: str | None = None  # what measured it (``Wilson interval of 360 examples``, ``2 seeds``)
 
 
 @dataclass(frozen=True)
@@ -85,7 +101,18 @@ class TransferResult:
         }
 
 
-def _points(phase: PhaseData, minimize: bool) -> list[TransferPoint]:
+@dataclass(frozen=True)
+class _Row:
+    source: int
+    source_value: float
+    values: list[float]  # round N's, one per seed (at LR multiplier 1 where there is one)
+
+    @property
+    def value(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+
+def _rows(phase: PhaseData) -> list[_Row]:
     by_source: dict[int, dict[str, Any]] = {}
     for slot in phase.slots:
         source = slot.attrs.get("source_trial")
@@ -100,25 +127,54 @@ def _points(phase: PhaseData, minimize: bool) -> list[TransferPoint]:
         runs = entry["runs"]
         at_one = [s for s in runs if float(s.attrs.get("lr_multiplier", 1.0)) == 1.0] or runs
         values = [s.value for s in at_one if s.state is SlotState.COMPLETE and s.value is not None]
-        rows.append(
-            (source, float(entry["source_value"]), statistics.median(values) if values else None, len(values))
-        )
+        rows.append(_Row(source, float(entry["source_value"]), values))
+    return rows
+
+
+def _points(rows: list[_Row], noise: Noise, minimize: bool) -> list[TransferPoint]:
     sign = 1.0 if minimize else -1.0
-    by_source_value = sorted(rows, key=lambda r: (sign * r[1], r[0]))
-    source_rank = {r[0]: i for i, r in enumerate(by_source_value, start=1)}
-    scored = sorted((r for r in rows if r[2] is not None), key=lambda r: (sign * r[2], r[0]))
-    rank = {r[0]: i for i, r in enumerate(scored, start=1)}
+    by_source_value = sorted(rows, key=lambda r: (sign * r.source_value, r.source))
+    source_rank = {r.source: i for i, r in enumerate(by_source_value, start=1)}
+    scored = sorted(
+        (r for r in rows if r.value is not None), key=lambda r: (sign * (r.value or 0.0), r.source)
+    )
+    rank = {r.source: i for i, r in enumerate(scored, start=1)}
     return [
-        TransferPoint(source, value_1, value_n, seeds, source_rank[source], rank.get(source))
-        for source, value_1, value_n, seeds in by_source_value
+        TransferPoint(
+            r.source,
+            r.source_value,
+            r.value,
+            len(r.values),
+            source_rank[r.source],
+            rank.get(r.source),
+            source_noise=noise.source_band(r.source_value),
+            noise=noise.band(r.values),
+        )
+        for r in by_source_value
     ]
+
+
+def _changed_beyond_noise(scored: list[TransferPoint]) -> int | None:
+    """Pairs of points that both rounds tell apart and order differently; None when a value's
+    noise is not measured."""
+    if any(p.source_noise is None or p.noise is None for p in scored):
+        return None
+    changed = 0
+    for a, b in combinations(scored, 2):
+        assert a.source_noise and b.source_noise and a.noise and b.noise
+        told_apart = a.source_noise.apart(b.source_noise) and a.noise.apart(b.noise)
+        if told_apart and (a.source_value - b.source_value) * ((a.value or 0.0) - (b.value or 0.0)) < 0:
+            changed += 1
+    return changed
 
 
 def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferResult | None:
     """For a round trained from an earlier round's points; None for any other phase."""
     if phase.plan is None or phase.plan.source_phase is None:
         return None
-    points = _points(phase, phase.minimize)
+    rows = _rows(phase)
+    noise = measure_noise(phase, source, [r.values for r in rows])
+    points = _points(rows, noise, phase.minimize)
     result = TransferResult(phase.plan.source_phase, points)
     scored = [p for p in points if p.value is not None]
     k = max(1, len(scored) // 2)
@@ -129,7 +185,8 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
     stayed = None if first is None else first.rank == 1
     rule = (
         f"Spearman rank correlation of {result.source_phase}'s and {phase.phase}'s values over the same "
-        f"points (from {MIN_POINTS}); good >= {GOOD}, reversed < 0"
+        f"points (from {MIN_POINTS}); good >= {GOOD}, reversed < 0; below {GOOD}, within noise when no "
+        f"pair of points changed order by more than the noise ({NOISE_RULE})"
     )
     common = {
         "points": len(scored),
@@ -137,6 +194,8 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         "top_k_overlap": overlap,
         "best_stayed_best": stayed,
         "rule": rule,
+        "changed_beyond_noise": _changed_beyond_noise(scored),
+        "noise": noise.describe(),
     }
     if len(scored) < MIN_POINTS:
         result.findings.append(
@@ -154,15 +213,21 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         result.findings.append(_correlation_finding(phase, result.source_phase, rho, first, common))
     _multipliers(phase, result)
     if source is not None:
-        held = any(isinstance(f, RankCorrelation) and f.quality == "good" for f in result.findings)
-        _too_short(source, result, ranking_held=held)
+        correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
+        _too_short(source, result, quality=correlation.quality if correlation else "too_few")
     return result
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rho; None when either side is constant (it is undefined there, and scipy would
+    warn)."""
     from scipy.stats import spearmanr
 
-    rho = spearmanr(x, y).statistic
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho = spearmanr(x, y).statistic
     return float(rho) if rho is not None and math.isfinite(rho) else None
 
 
@@ -176,12 +241,13 @@ def _correlation_finding(
         best = f"; {source}'s best (trial {first.source_trial}) {place}"
     spearman = fmt(rho) if rho is not None else "undefined"
     numbers = f"Spearman {spearman} over {n} points; top {k} overlap {of(overlap, k, 'points')}{best}"
+    changed, noise = common["changed_beyond_noise"], common["noise"]
     if rho is None:
         return RankCorrelation(
             quality="too_few",
             spearman=None,
             level=Level.INFO,
-            text=f"the ranking cannot be compared ({numbers}): the values are all equal",
+            text=f"the ranking cannot be compared ({numbers}): the values of a round are all equal",
             **common,
         )
     if rho >= GOOD:
@@ -192,24 +258,43 @@ def _correlation_finding(
             text=f"{source}'s ranking held at full length ({numbers})",
             **common,
         )
+    pairs = n * (n - 1) // 2
+    if changed == 0:
+        return RankCorrelation(
+            quality="within_noise",
+            spearman=rho,
+            level=Level.INFO,
+            text=f"{phase.phase}'s order differs from {source}'s only inside the noise ({numbers}; no "
+            f"pair of points changed order by more than the noise, {noise}): these points are as good "
+            "as each other as far as these runs can tell",
+            **common,
+        )
+    if changed is None:
+        caveat = (
+            "; noise not measured (one seed per point and no eval set size recorded), so this may be noise"
+        )
+        more = f"; train {phase.phase} with seeds: 2 or more to tell a real change from noise"
+    else:
+        caveat = f"; {of(changed, pairs, 'pairs')} changed order beyond the noise ({noise})"
+        more = ""
     if rho >= 0:
         return RankCorrelation(
             quality="weak",
             spearman=rho,
             level=Level.WARNING,
-            text=f"{source}'s ranking only weakly predicted {phase.phase}'s ({numbers})",
+            text=f"{source}'s ranking only weakly predicted {phase.phase}'s ({numbers}{caveat})",
             advice=f"lengthen {source}'s trials (length_fraction) or take more of its points (top_k) "
-            "next time; trust the long runs",
+            f"next time; trust the long runs{more}",
             **common,
         )
     return RankCorrelation(
         quality="reversed",
         spearman=rho,
         level=Level.WARNING,
-        text=f"{phase.phase} reversed {source}'s order ({numbers}): the short trials ranked the points "
-        "the wrong way",
+        text=f"{phase.phase} reversed {source}'s order ({numbers}{caveat}): the short trials ranked the "
+        "points the wrong way",
         advice=f"{source} was too short or too noisy to rank: lengthen its trials (length_fraction), add "
-        "seeds, and pick from the long runs, not from its ranking",
+        f"seeds, and pick from the long runs, not from its ranking{more}",
         **common,
     )
 
@@ -249,20 +334,27 @@ def _multipliers(phase: PhaseData, result: TransferResult) -> None:
     )
 
 
-def _too_short(source: PhaseData, result: TransferResult, *, ranking_held: bool) -> None:
-    """Round 1's trials still improving at their end: a warning, or only a note when its ranking
-    held at full length anyway."""
+def _too_short(source: PhaseData, result: TransferResult, *, quality: Quality) -> None:
+    """Round 1's trials still improving at their end: a warning when its ranking measurably failed
+    to transfer (weak, reversed); a note when it held, or when nothing could be measured."""
     positions = [s.position for s in source.completed if s.position is not None]
     late = sum(1 for p in positions if p > LATE)
     if not positions or late < len(positions) / 2:
         return
     numbers = f"{of(late, len(positions))} had their best step in the last 25% of training"
     rule = f"at least half of {source.phase}'s completed trials had their best step in the last 25%"
-    if ranking_held:
+    if quality == "good":
         level, advice = Level.INFO, None
         text = (
             f"{source.phase}'s trials were still improving when stopped ({numbers}), yet their ranking "
             "held: its length was enough to rank these points"
+        )
+    elif quality in ("too_few", "within_noise"):
+        level, advice = Level.INFO, None
+        why = "too few points to measure" if quality == "too_few" else "the order changes are within noise"
+        text = (
+            f"{source.phase}'s trials were still improving when stopped ({numbers}); whether that hurt "
+            f"its ranking cannot be told ({why})"
         )
     else:
         level = Level.WARNING

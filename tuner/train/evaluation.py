@@ -70,6 +70,10 @@ class Evaluator:
             return self.subsets[split]
         return torch.arange(len(self.splits[split]))  # type: ignore[arg-type]
 
+    def sizes(self) -> dict[str, int]:
+        """Examples scored per split: how noisy an error rate on it is depends on them."""
+        return {split: len(self._indices(split)) for split in self.splits}
+
     def _logits_and_losses(self, model: torch.nn.Module, dataset: Dataset, indices: torch.Tensor):
         inputs, targets = fetch(dataset, indices)
         inputs, targets = inputs.to(self.device), targets.to(self.device)

@@ -384,6 +384,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         direction=spec.objective.direction,
         last_eval=trainer.last_eval,
         validation=validation,
+        eval_examples=evaluator.sizes(),  # the report's noise band of an error rate needs them
         **({"class_counts": split_classes} if split_classes else {}),
     )
     return RunResult(

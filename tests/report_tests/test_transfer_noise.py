@@ -1,0 +1,140 @@
+"""Round 1 -> round 2 transfer against noise: an order change is a reversal only when it is larger
+than the values' sampling noise (a binomial interval of the error count when the eval set size is
+known, the spread across seeds when a point has several)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.report_tests.builders import Built, add_trial, run_folder, study
+from tests.report_tests.test_verdicts import LR, only, report_of
+from tuner.playbook.plan import load_plan
+
+EXAMPLES = 360
+
+
+def _rounds(
+    tmp_path: Path,
+    round1: list[float],
+    round2: list[list[float]],
+    *,
+    examples: int | None = EXAMPLES,
+    round1_best_step: int = 20,
+) -> Built:
+    """Round 1's values (the first three are round 2's points, in slot order) and, per point, its
+    round-2 values (one per seed); ``examples``: the eval set size the run folders record."""
+    seeds = len(round2[0])
+    built = study(tmp_path, round2={"top_k": 3, "seeds": seeds})
+    first = built.start("round-1")
+
+    def folder(name: str, value: float) -> dict[str, Path]:
+        if examples is None:
+            return {}
+        status = {"eval_examples": {"val": examples}}
+        where = tmp_path / "runs-by-hand" / name
+        return {"run_dir": run_folder(where, best_step=20, metrics={"val/error_rate": value}, status=status)}
+
+    for slot, value in enumerate(round1):
+        add_trial(
+            first,
+            slot,
+            value,
+            {LR: 0.05 * (slot + 1)},
+            best_step=round1_best_step,
+            **folder(f"r1-{slot}", value),
+        )
+    second = built.start("round-2")
+    plan = load_plan(second.user_attrs)
+    assert plan is not None
+    for slot, planned in enumerate(plan.slots):
+        point = sorted({s.attrs["source_trial"] for s in plan.slots}).index(planned.attrs["source_trial"])
+        value = round2[point][int(planned.attrs.get("seed_index", 0)) % seeds]
+        add_trial(
+            second, slot, value, planned.values, best_step=20, **planned.attrs, **folder(f"r2-{slot}", value)
+        )
+    return built
+
+
+def _errors(*counts: int) -> list[float]:
+    return [count / EXAMPLES for count in counts]
+
+
+def test_an_order_change_of_a_few_errors_in_360_is_noise_not_a_reversal(tmp_path: Path) -> None:
+    # the issue's case: round 2 scored 9, 7 and 6 errors of 360 against round 1's order (two tied)
+    round1 = _errors(20, 22, 22, 40, 50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no scipy warning leaks on tied values
+        report = report_of(_rounds(tmp_path, round1, [[v] for v in _errors(9, 7, 6)]))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    correlation = only(transfer.findings, "rank_correlation")
+    assert correlation.spearman == pytest.approx(-0.866, abs=1e-3)
+    assert (correlation.quality, correlation.level) == ("within_noise", "info")
+    assert "reversed" not in correlation.text and "noise" in correlation.text
+    assert correlation.changed_beyond_noise == 0
+    assert not any("lengthen" in step for step in report.phases[0].next_steps)
+    point = transfer.points[0]
+    assert point.noise is not None and point.noise.low < point.value < point.noise.high
+
+
+def test_an_order_change_far_beyond_the_binomial_noise_is_a_reversal(tmp_path: Path) -> None:
+    report = report_of(_rounds(tmp_path, _errors(10, 40, 80, 90, 100), [[v] for v in _errors(80, 40, 10)]))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    correlation = only(transfer.findings, "rank_correlation")
+    assert (correlation.quality, correlation.level) == ("reversed", "warning")
+    assert correlation.changed_beyond_noise == 3
+    assert "beyond" in correlation.text and "Wilson" in correlation.rule
+
+
+def test_the_spread_across_seeds_is_the_noise_when_points_have_several(tmp_path: Path) -> None:
+    # no eval set size recorded: the seeds alone measure the noise
+    wide = [[0.30, 0.10], [0.25, 0.15], [0.22, 0.12]]  # seeds disagree more than the points do
+    report = report_of(_rounds(tmp_path / "wide", [0.10, 0.12, 0.14, 0.5, 0.6], wide, examples=None))
+    assert report.phases[0].transfer is not None
+    assert only(report.phases[0].transfer.findings, "rank_correlation").quality == "within_noise"
+    tight = [[0.301, 0.299], [0.201, 0.199], [0.101, 0.099]]
+    report = report_of(_rounds(tmp_path / "tight", [0.10, 0.20, 0.30, 0.5, 0.6], tight, examples=None))
+    assert report.phases[0].transfer is not None
+    correlation = only(report.phases[0].transfer.findings, "rank_correlation")
+    assert (correlation.quality, correlation.changed_beyond_noise) == ("reversed", 3)
+
+
+def test_with_no_measure_of_noise_a_reversal_says_so_and_asks_for_seeds(tmp_path: Path) -> None:
+    report = report_of(_rounds(tmp_path, [0.10, 0.20, 0.30, 0.5, 0.6], [[0.3], [0.2], [0.1]], examples=None))
+    assert report.phases[0].transfer is not None
+    correlation = only(report.phases[0].transfer.findings, "rank_correlation")
+    assert correlation.quality == "reversed" and correlation.changed_beyond_noise is None
+    assert "noise not measured" in correlation.text and "seeds" in correlation.advice
+
+
+def test_too_few_points_to_measure_does_not_advise_lengthening_round_1(tmp_path: Path) -> None:
+    # round 1 still improving at its end (best step 40 of 40); round 2: 2 of 3 points have a value
+    report = report_of(_two_points(tmp_path / "few"))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    assert only(transfer.findings, "rank_correlation").quality == "too_few"
+    short = only(transfer.findings, "source_too_short")
+    assert short.level == "info" and short.advice is None
+    assert not any("lengthen" in step for step in report.phases[0].next_steps)
+
+
+def _two_points(tmp_path: Path) -> Built:
+    built = study(tmp_path, round2={"top_k": 3})
+    first = built.start("round-1")
+    for slot, value in enumerate([0.10, 0.20, 0.30, 0.40, 0.50]):
+        add_trial(first, slot, value, {LR: 0.05 * (slot + 1)}, best_step=40)
+    second = built.start("round-2")
+    plan = load_plan(second.user_attrs)
+    assert plan is not None
+    for slot in range(2):
+        add_trial(
+            second, slot, 0.1 * (slot + 1), plan.slots[slot].values, best_step=20, **plan.slots[slot].attrs
+        )
+    add_trial(
+        second, 2, None, plan.slots[2].values, state="FAIL", failure_reason="crashed", **plan.slots[2].attrs
+    )
+    return built

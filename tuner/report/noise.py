@@ -1,0 +1,136 @@
+"""How far apart two objective values must be before their order means anything.
+
+A value measured once on a finite eval set carries sampling noise: 9 vs 6 errors out of 360 is
+no evidence that one model is better. Verdicts that compare values (did round 2 keep round 1's
+order?) ask this module for each value's noise band and treat values whose bands overlap as tied:
+- an error rate or accuracy whose eval set size is known (``status.json``'s ``eval_examples``, or
+  its ``class_counts``): the 95% Wilson interval of the count (``scipy.stats.binomtest``);
+- a point trained with several seeds: the range of its seeds' values (widened to the binomial
+  band of its median where that is known);
+- otherwise the noise is not measured, and the verdict says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from tuner.report.run_folders import Unreadable, read_status
+from tuner.report.study_data import PhaseData
+
+CONFIDENCE = 0.95
+PROPORTIONS = ("error_rate", "accuracy", "top5_accuracy")
+RULE = (
+    f"two values differ only when their noise bands do not overlap: the {CONFIDENCE:.0%} Wilson interval "
+    "of an error rate or accuracy on the eval set's examples, widened to the range of a point's seeds"
+)
+
+
+@dataclass(frozen=True)
+class Band:
+    """A value's noise band: values inside it cannot be told apart from it."""
+
+    low: float
+    high: float
+
+    def apart(self, other: Band) -> bool:
+        return self.high < other.low or other.high < self.low
+
+    def widened(self, other: Band | None) -> Band:
+        return self if other is None else Band(min(self.low, other.low), max(self.high, other.high))
+
+    def to_json(self) -> list[float]:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Noise:
+    """What measures the noise of a later round's values and of the earlier round's they came
+    from: each phase's eval set size, and the spread across seeds."""
+
+    examples: int | None  # the later round's eval set size
+    source_examples: int | None  # the earlier round's (round 1 may validate on a proxy split)
+    seed_half_width: float | None  # half the median range of the later round's seeds
+
+    def band(self, values: list[float]) -> Band | None:
+        """A point's band from its seeds' values (their median is its value)."""
+        if not values:
+            return None
+        binomial = binomial_band(statistics.median(values), self.examples)
+        seeds = seed_band(values)
+        return binomial.widened(seeds) if binomial is not None else seeds
+
+    def source_band(self, value: float) -> Band | None:
+        binomial = binomial_band(value, self.source_examples)
+        if binomial is not None or self.seed_half_width is None:
+            return binomial
+        # one earlier trial per point: the seeds' spread at full length stands in for its noise
+        return Band(value - self.seed_half_width, value + self.seed_half_width)
+
+    def describe(self) -> str | None:
+        parts = []
+        if self.examples is not None:
+            parts.append(f"{CONFIDENCE:.0%} Wilson interval of {self.examples} eval examples")
+        if self.seed_half_width is not None:
+            parts.append("the spread across seeds")
+        return " and ".join(parts) or None
+
+
+def measure_noise(phase: PhaseData, source: PhaseData | None, seed_values: list[list[float]]) -> Noise:
+    """``phase``'s noise as compared with ``source``'s; ``seed_values``: each point's values."""
+    widths = [max(v) - min(v) for v in seed_values if len(v) >= 2]
+    return Noise(
+        eval_examples(phase),
+        eval_examples(source) if source is not None else None,
+        statistics.median(widths) / 2 if widths else None,
+    )
+
+
+def is_proportion(metric: str) -> bool:
+    """A metric that is a share of examples (``val/error_rate``), so binomial noise applies."""
+    return metric.rsplit("/", 1)[-1] in PROPORTIONS
+
+
+def binomial_band(value: float, examples: int | None) -> Band | None:
+    """The Wilson interval of ``value`` as a share of ``examples``; None if either is unknown."""
+    if examples is None or examples <= 0 or not 0.0 <= value <= 1.0:
+        return None
+    from scipy.stats import binomtest
+
+    interval = binomtest(round(value * examples), examples).proportion_ci(CONFIDENCE, method="wilson")
+    return Band(float(interval.low), float(interval.high))
+
+
+def seed_band(values: list[float]) -> Band | None:
+    """The range of a point's seeds; None with fewer than two."""
+    return Band(min(values), max(values)) if len(values) >= 2 else None
+
+
+def eval_examples(phase: PhaseData) -> int | None:
+    """The size of the split the phase's objective is measured on, from its completed trials' run
+    folders (the first that records it); None if no folder on this machine says."""
+    if phase.plan is None or not is_proportion(phase.metric):
+        return None
+    split = phase.metric.rsplit("/", 1)[0]
+    for slot in phase.completed:
+        if slot.run_dir is None:
+            continue
+        status = read_status(slot.run_dir)
+        if isinstance(status, Unreadable):
+            continue
+        counted = _examples(status, split)
+        if counted is not None:
+            return counted
+    return None
+
+
+def _examples(status: dict[str, object], split: str) -> int | None:
+    recorded = status.get("eval_examples")
+    if isinstance(recorded, dict) and isinstance(recorded.get(split), int):
+        return int(recorded[split])
+    classes = status.get("class_counts")
+    if isinstance(classes, dict) and isinstance(classes.get(split), list):
+        counts = classes[split]
+        if all(type(c) is int for c in counts):
+            return sum(counts)
+    return None
