@@ -18,6 +18,7 @@ from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_pl
 
 if TYPE_CHECKING:
     from tuner.playbook.phases import ProductionLength
+    from tuner.playbook.schedule_extension import ExtendedSchedule
     from tuner.spec import LoadedStudy, RoundSpec, StudySpec
 
 LR_PATH = ("training", "optimizer", "lr")
@@ -107,10 +108,15 @@ def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slots(
-    sources: list[Any], round_spec: RoundSpec, lr_key: str | None, base_lr: float, source_phase: str
+    sources: list[Any],
+    schedules: list[list[dict[str, Any]]],
+    round_spec: RoundSpec,
+    lr_key: str | None,
+    base_lr: float,
+    source_phase: str,
 ) -> list[SlotPlan]:
     slots = []
-    for rank, trial in enumerate(sources, start=1):
+    for rank, (trial, schedule) in enumerate(zip(sources, schedules, strict=True), start=1):
         for multiplier in round_spec.lr_multipliers:
             for seed_index in range(round_spec.seeds):
                 values = dict(trial.params)
@@ -124,6 +130,7 @@ def _slots(
                     SlotPlan(
                         values=values,
                         sets=sets,
+                        schedule=schedule,
                         attrs={
                             "source_phase": source_phase,
                             "source_trial": int(trial.user_attrs.get("slot", trial.number)),
@@ -139,6 +146,26 @@ def _slots(
     return slots
 
 
+def _extended_schedule(previous_plan: StoredPlan, trial: Any, steps: int) -> ExtendedSchedule:
+    """The schedule ``trial`` really trained (its searched schedule keys, e.g. a warmup length,
+    applied: the playbook's "warmup transfers"), extended to ``steps`` the playbook's way."""
+    from tuner.playbook.schedule_extension import extend_schedule
+    from tuner.train.schedules import build_schedule
+
+    trained = previous_plan.trial_spec(slot_of(trial), trial.params).training.schedule
+    return extend_schedule(build_schedule(trained, previous_plan.trial_steps), steps)
+
+
+def _schedule_notes(sources: list[Any], extended: list[ExtendedSchedule]) -> list[str]:
+    """The extension's notes once when every point's schedule is the same, else per point."""
+    if all(e.notes == extended[0].notes for e in extended):
+        return [f"schedule: {note}" for note in extended[0].notes]
+    return [
+        f"schedule of trial {slot_of(trial)}: {'; '.join(e.notes)}"
+        for trial, e in zip(sources, extended, strict=True)
+    ]
+
+
 def later_round_plan(
     loaded: LoadedStudy, number: int, storage: Any, production: ProductionLength
 ) -> StoredPlan:
@@ -148,9 +175,7 @@ def later_round_plan(
     from tuner.orchestrate import optuna_study_name, with_retries
     from tuner.playbook.config_check import refuse_changed_study
     from tuner.playbook.phases import round_phase
-    from tuner.playbook.schedule_extension import extend_schedule
-    from tuner.spec import ScheduleSegment, key_to_path
-    from tuner.train.schedules import build_schedule
+    from tuner.spec import key_to_path
 
     spec = loaded.spec
     round_spec = spec.rounds.get(number)
@@ -180,12 +205,16 @@ def later_round_plan(
     sources, unfinished_note = _top_trials(trials, direction, round_spec.top_k, number, source)
 
     steps = round_length(spec, number, previous_plan.trial_steps, production)
-    previous_schedule = build_schedule(
-        [ScheduleSegment(**segment) for segment in previous_plan.schedule], previous_plan.trial_steps
-    )
-    extended = extend_schedule(previous_schedule, steps)
+    extended = [_extended_schedule(previous_plan, trial, steps) for trial in sources]
     lr_keys = [key for key in previous_plan.space if key_to_path(key) == LR_PATH]
-    slots = _slots(sources, round_spec, lr_keys[0] if lr_keys else None, spec.training.optimizer.lr, source)
+    slots = _slots(
+        sources,
+        [explicit_schedule(e.segments) for e in extended],
+        round_spec,
+        lr_keys[0] if lr_keys else None,
+        spec.training.optimizer.lr,
+        source,
+    )
     space = dict(previous_plan.space)
     for slot in slots:
         space = _widen(space, slot.values)
@@ -205,7 +234,7 @@ def later_round_plan(
             if production.steps == steps and production.source
             else ""
         ),
-        *[f"schedule: {note}" for note in extended.notes],
+        *_schedule_notes(sources, extended),
     ]
     if unfinished_note:
         notes.append(unfinished_note)
@@ -216,7 +245,7 @@ def later_round_plan(
         trial_steps=steps,
         max_train_steps=production.steps,
         max_train_steps_source=production.source,
-        schedule=explicit_schedule(extended.segments),
+        schedule=explicit_schedule(extended[0].segments),  # each slot carries its own (see _slots)
         schedule_from_file=False,
         sampler="fixed",
         space=space,
