@@ -77,3 +77,37 @@ def test_round2_extends_each_source_trials_own_searched_warmup(tmp_path: Path) -
         assert lr[warmup] == pytest.approx(0.1 * (warmup - 1) / warmup)  # its last warmup step
         assert lr[warmup + 1] == pytest.approx(0.1)  # the peak, exactly where its own warmup ends
         assert f'"steps": {warmup}, "start": 0.0' in trial.user_attrs["reproduce"]
+
+
+def _with_rounds(path: Path, **rounds: dict[str, Any]) -> Path:
+    study = yaml.safe_load(path.read_text())
+    study["rounds"].update(rounds)
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def test_round3_keeps_round2s_lr_multiplier_when_the_lr_is_not_searched(tmp_path: Path) -> None:
+    # The LR is not searched: round 2's x4 lives in its slots' `sets`, not in the trials' params.
+    path = _with_rounds(
+        toy_study(
+            tmp_path,
+            search_space={"schedule.0.steps": {"type": "int", "low": 2, "high": 6}},
+            round1={"trials": 2, "steps": 20},
+            schedule=[{"shape": "linear", "steps": 4, "start": 0.0, "end": 1.0}, {"shape": "constant"}],
+        ),
+        round2={"top_k": 1, "steps": 30, "lr_multipliers": [0.5, 4.0]},
+        round3={"top_k": 2, "steps": 40},
+    )
+    output = tmp_path / "runs"
+    for number in (1, 2, 3):
+        _run_round(path, output, number)
+    lr_of = {t.user_attrs["slot"]: _trained(t)["optimizer"]["lr"] for t in _trials(output, "round-2")}
+    assert sorted(lr_of.values()) == pytest.approx([0.05, 0.4])
+
+    round3 = _trials(output, "round-3")
+    assert len(round3) == 2 and {t.state.name for t in round3} == {"COMPLETE"}
+    for trial in round3:
+        trained_lr = _trained(trial)["optimizer"]["lr"]
+        assert trained_lr == pytest.approx(lr_of[trial.user_attrs["source_trial"]])
+        assert max(_logged_lr(trial).values()) == pytest.approx(trained_lr)
+        assert f"--set optimizer.lr={trained_lr}" in trial.user_attrs["reproduce"]
