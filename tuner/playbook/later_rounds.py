@@ -11,6 +11,7 @@ came from, so the report can measure how well round N-1's ranking transferred.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UsageError
@@ -18,6 +19,7 @@ from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_pl
 
 if TYPE_CHECKING:
     from tuner.playbook.phases import ProductionLength
+    from tuner.playbook.schedule_extension import ExtendedSchedule
     from tuner.spec import LoadedStudy, RoundSpec, StudySpec
 
 LR_PATH = ("training", "optimizer", "lr")
@@ -106,29 +108,61 @@ def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     return widened
 
 
+@dataclass(frozen=True)
+class _Source:
+    """A point of round N-1 as it really trained, and what round N carries over from it.
+
+    Round N must train what round N-1 trained, longer: the point's searched values (``trial.params``)
+    AND its slot's other keys (an LR multiplier of a round whose LR is not searched lives only in
+    ``sets``), and its own schedule (searched schedule keys applied) extended.
+    """
+
+    trial: Any  # the point's trial (params, slot, best step)
+    value: float
+    sets: dict[str, Any]  # the slot's keys besides its params, seed index dropped (round N sets its own)
+    lr: float  # the LR it trained at
+    schedule: ExtendedSchedule
+
+
+def _source(previous_plan: StoredPlan, trial: Any, steps: int) -> _Source:
+    from tuner.playbook.schedule_extension import extend_schedule
+    from tuner.train.schedules import build_schedule
+
+    slot = slot_of(trial)
+    trained = previous_plan.trial_spec(slot, trial.params).training
+    planned = previous_plan.slot(slot)
+    sets = {k: v for k, v in (planned.sets if planned else {}).items() if k != "seed_index"}
+    schedule = extend_schedule(build_schedule(trained.schedule, previous_plan.trial_steps), steps)
+    return _Source(trial, float(trial.value), sets, trained.optimizer.lr, schedule)
+
+
 def _slots(
-    sources: list[Any], round_spec: RoundSpec, lr_key: str | None, base_lr: float, source_phase: str
+    sources: list[_Source], round_spec: RoundSpec, lr_key: str | None, source_phase: str
 ) -> list[SlotPlan]:
     slots = []
-    for rank, trial in enumerate(sources, start=1):
+    for rank, source in enumerate(sources, start=1):
+        trial = source.trial
         for multiplier in round_spec.lr_multipliers:
             for seed_index in range(round_spec.seeds):
                 values = dict(trial.params)
-                sets: dict[str, Any] = {"seed_index": seed_index} if seed_index else {}
+                sets: dict[str, Any] = dict(source.sets)
+                if seed_index:
+                    sets["seed_index"] = seed_index
                 if multiplier != 1.0:
                     if lr_key is not None and lr_key in values:
                         values[lr_key] = values[lr_key] * multiplier
-                    else:
-                        sets["optimizer.lr"] = base_lr * multiplier
+                    else:  # of the LR the point trained at, not of the file's
+                        sets["optimizer.lr"] = source.lr * multiplier
                 slots.append(
                     SlotPlan(
                         values=values,
                         sets=sets,
+                        schedule=explicit_schedule(source.schedule.segments),
                         attrs={
                             "source_phase": source_phase,
-                            "source_trial": int(trial.user_attrs.get("slot", trial.number)),
+                            "source_trial": slot_of(trial),
                             "source_rank": rank,
-                            "source_value": trial.value,
+                            "source_value": source.value,
                             "source_best_step": trial.user_attrs.get("best_step"),
                             "source_steps": trial.user_attrs.get("max_train_steps"),
                             "seed_index": seed_index,
@@ -137,6 +171,14 @@ def _slots(
                     )
                 )
     return slots
+
+
+def _schedule_notes(sources: list[_Source]) -> list[str]:
+    """The extension's notes once when every point's schedule is the same, else per point."""
+    first = sources[0].schedule.notes
+    if all(s.schedule.notes == first for s in sources):
+        return [f"schedule: {note}" for note in first]
+    return [f"schedule of trial {slot_of(s.trial)}: {'; '.join(s.schedule.notes)}" for s in sources]
 
 
 def later_round_plan(
@@ -148,9 +190,7 @@ def later_round_plan(
     from tuner.orchestrate import optuna_study_name, with_retries
     from tuner.playbook.config_check import refuse_changed_study
     from tuner.playbook.phases import round_phase
-    from tuner.playbook.schedule_extension import extend_schedule
-    from tuner.spec import ScheduleSegment, key_to_path
-    from tuner.train.schedules import build_schedule
+    from tuner.spec import key_to_path
 
     spec = loaded.spec
     round_spec = spec.rounds.get(number)
@@ -180,12 +220,9 @@ def later_round_plan(
     sources, unfinished_note = _top_trials(trials, direction, round_spec.top_k, number, source)
 
     steps = round_length(spec, number, previous_plan.trial_steps, production)
-    previous_schedule = build_schedule(
-        [ScheduleSegment(**segment) for segment in previous_plan.schedule], previous_plan.trial_steps
-    )
-    extended = extend_schedule(previous_schedule, steps)
+    points = [_source(previous_plan, trial, steps) for trial in sources]
     lr_keys = [key for key in previous_plan.space if key_to_path(key) == LR_PATH]
-    slots = _slots(sources, round_spec, lr_keys[0] if lr_keys else None, spec.training.optimizer.lr, source)
+    slots = _slots(points, round_spec, lr_keys[0] if lr_keys else None, source)
     space = dict(previous_plan.space)
     for slot in slots:
         space = _widen(space, slot.values)
@@ -205,7 +242,7 @@ def later_round_plan(
             if production.steps == steps and production.source
             else ""
         ),
-        *[f"schedule: {note}" for note in extended.notes],
+        *_schedule_notes(points),
     ]
     if unfinished_note:
         notes.append(unfinished_note)
@@ -216,7 +253,7 @@ def later_round_plan(
         trial_steps=steps,
         max_train_steps=production.steps,
         max_train_steps_source=production.source,
-        schedule=explicit_schedule(extended.segments),
+        schedule=explicit_schedule(points[0].schedule.segments),  # each slot carries its own (_slots)
         schedule_from_file=False,
         sampler="fixed",
         space=space,

@@ -10,7 +10,8 @@ The study file a worker is given is only checked against the plan (``config_chec
 A trial's configuration = the plan's ``config`` (the study as the phase was created from it)
 -> ``overrides`` (every trial: what sweep-lr switches off, round 1's proxy split) -> the slot's
 ``sets`` (its seed index, an LR that is not searched) -> the slot's point (search-space values)
--> the phase's length and resolved schedule.
+-> the phase's length and resolved schedule (the slot's own, when it has one: round N extends
+each source trial's schedule, searched schedule keys included, so a searched warmup is kept).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class SlotPlan(_Stored):
     values: dict[str, Any]  # the search-space point, as Optuna stores it (param name -> value)
     sets: dict[str, Any] = Field(default_factory=dict)  # other dotted keys for this slot only
     attrs: dict[str, Any] = Field(default_factory=dict)  # recorded on its trials (source trial...)
+    # this slot's own explicit-step schedule (round N: its source trial's, searched schedule keys
+    # included, extended); None: the plan's ``schedule``. Set last, so it is what the trial trains.
+    schedule: list[dict[str, Any]] | None = None
 
 
 class FitTarget(_Stored):
@@ -104,7 +108,8 @@ class StoredPlan(_Stored):
         sets.update(values)
         sets["max_train_steps"] = self.trial_steps
         if not self.schedule_from_file:
-            sets["schedule"] = self.schedule
+            own = planned.schedule if planned is not None else None
+            sets["schedule"] = own if own is not None else self.schedule
         return sets
 
     def trial_spec(self, slot: int, values: Mapping[str, Any]) -> StudySpec:
