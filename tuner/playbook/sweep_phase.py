@@ -140,17 +140,18 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
 
 
 def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -> StoredPlan:
-    """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits on."""
+    """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits
+    on, or below the grid when every LR diverged."""
     import optuna
 
     from tuner.orchestrate import optuna_study_name, with_retries
-    from tuner.playbook.sweep_lr import FastestAtEdge
+    from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge
 
     study = with_retries(
         optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
     )
     result = sweep_result(study, stored)
-    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge)]
+    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged)]
     if not edges:
         raise UsageError(
             "--extend: nothing to extend: the fastest LR to fit is not at an edge of the grid"
