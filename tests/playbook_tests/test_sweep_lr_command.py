@@ -99,3 +99,15 @@ def test_nothing_fits_says_so_and_stores_no_length(tmp_path: Path) -> None:
     round1 = run_tuner("run-round", str(path), "--round", "1", "--output-dir", str(tmp_path / "runs"))
     assert round1.returncode == 2
     assert "rounds.round1: set steps, or set training.max_train_steps" in round1.stderr
+
+
+def test_a_grid_where_every_lr_diverged_says_go_lower_and_extend_goes_lower(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path, grid=[100.0, 316.0, 1000.0], max_steps=20)
+    done = _sweep(path)
+    assert done.returncode == 0, done.stderr
+    assert "every LR diverged" in done.stdout and "train longer" not in done.stdout
+    assert "run lr 10, 31.6 too: tuner sweep-lr" in done.stdout
+    extended = _sweep(path, "--extend")
+    assert extended.returncode == 0, extended.stderr
+    assert "extended with lr 10, 31.6" in extended.stderr
+    assert sorted(t.params["optimizer.lr"] for t in _trials(path)) == [10.0, 31.6, 100.0, 316.0, 1000.0]

@@ -9,6 +9,7 @@ import pytest
 
 from tuner.errors import UsageError
 from tuner.playbook.sweep_lr import (
+    AllDiverged,
     Diverged,
     FastestAtEdge,
     FitAtFirstEval,
@@ -425,3 +426,21 @@ def test_render_fits_100_columns_with_long_names():
     diverged = only(result, Diverged)
     assert diverged.partial_lrs == [0.000316]
     assert diverged.text == "lr 0.000316 (1 of 2 seeds) diverged (1 of 6 grid points)"
+
+
+def test_every_lr_diverged_says_go_lower_not_train_longer():
+    trials = [trial(lr, DIVERGED, value=None, loss=float("nan"), reason="diverged") for lr in GRID]
+    result = analyze(trials)
+    assert NothingFits not in kinds(result) and result.recommended_max_train_steps is None
+    lower = only(result, AllDiverged)
+    assert lower.lowest_lr == 0.0001 and lower.new_points == [1e-05, 3.16e-05]
+    assert "every LR diverged" in lower.text and "train longer" not in lower.text + lower.advice
+    assert "lr 1e-05, 3.16e-05" in lower.advice and "--extend" in lower.advice
+    assert only(result, Diverged).threshold_lr == 0.0001
+
+
+def test_one_lr_not_fit_below_the_diverged_ones_is_still_nothing_fits():
+    trials = [trial(0.0001, NOT_FIT)]
+    trials += [trial(lr, DIVERGED, value=None, reason="diverged") for lr in GRID[1:]]
+    result = analyze(trials)
+    assert AllDiverged not in kinds(result) and NothingFits in kinds(result)

@@ -25,6 +25,8 @@ Rules, and why:
   (finished > running > not started > failed; then the higher trial number).
 - **Unfinished trials** (running, not started) make the result provisional (a verdict says so);
   "nothing fits" is only said once every trial has finished.
+- **Every LR diverged** (none fit, none merely ran out of steps): the advice is to go lower
+  (``--extend`` adds two points below the grid), never to train longer.
 
 ``SweepResult.to_json()`` schema (keys are stable; floats that are NaN/inf become ``null``)::
 
@@ -52,6 +54,7 @@ Rules, and why:
         {"kind": "fit_at_first_eval", "lr", "fit_step", "eval_every", "text", "advice"},
         {"kind": "nothing_fits", "max_steps", "best_lr", "best_value", "partly_fit_lrs",
          "text", "advice"},
+        {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
         {"kind": "diverged", "lrs", "threshold_lr", "partial_lrs", "text", "advice"},
         {"kind": "infra_failed", "lrs", "reasons", "text", "advice"},
         {"kind": "provisional", "running", "pending", "text", "advice"}
@@ -417,6 +420,17 @@ class NothingFits(Verdict):
 
 
 @dataclass(frozen=True)
+class AllDiverged(Verdict):
+    """Every LR that finished diverged: the grid sits above what the model trains at, so the
+    answer is lower LRs, not longer trials (more steps at a diverging LR diverge too)."""
+
+    kind: ClassVar[str] = "all_diverged"
+    lowest_lr: float
+    new_points: list[float]  # what ``--extend`` adds below the grid
+    extended_grid: list[float]
+
+
+@dataclass(frozen=True)
 class Diverged(Verdict):
     kind: ClassVar[str] = "diverged"
     lrs: list[float]  # LRs on which at least one seed diverged, ascending
@@ -502,6 +516,14 @@ def _group(trials: Iterable[SweepTrial], grid: list[float]) -> dict[float, dict[
         if held is None or rank > (_PREFERENCE[held.outcome], held.number if held.number is not None else -1):
             by_seed[trial.seed_index] = trial
     return groups
+
+
+def _all_diverged(rows: list[SweepRow]) -> bool:
+    """At least one seed diverged and none fit or trained to the cap (infrastructure failures
+    count as not run)."""
+    return any(row.count(SweepOutcome.DIVERGED) for row in rows) and not any(
+        row.count(SweepOutcome.FIT) or row.count(SweepOutcome.NOT_FIT) for row in rows
+    )
 
 
 def analyze_sweep(
@@ -612,6 +634,21 @@ def analyze_sweep(
                     advice="lower training.eval_every for a finer answer",
                 )
             )
+    elif not (running or pending) and _all_diverged(rows):
+        full_grid = [row.lr for row in rows]
+        new_points = extend_grid(full_grid, "low", 2) if len(rows) >= 2 else [_round_lr(rows[0].lr / 10)]
+        verdicts.append(
+            AllDiverged(
+                lowest_lr=rows[0].lr,
+                new_points=new_points,
+                extended_grid=sorted(full_grid + new_points),
+                text=f"every LR diverged, down to lr {format_lr(rows[0].lr)} (the smallest in the grid): "
+                "the grid is above the learning rates this model trains at, so the sweep cannot tell "
+                "how many steps it needs",
+                advice=f"go lower: run lr {_lrs(new_points)} too: tuner sweep-lr {study_ref} --extend "
+                "(or move sweep_lr.grid down)",
+            )
+        )
     elif not (running or pending) and any(
         row.count(SweepOutcome.NOT_FIT) or row.count(SweepOutcome.DIVERGED) for row in rows
     ):

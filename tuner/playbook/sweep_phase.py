@@ -1,7 +1,8 @@
 """sweep-lr as a phase: its plan (a constant-LR grid, regularization off) and its result.
 
 Each grid LR (times ``sweep_lr.seeds``) is one trial: a constant schedule (no warmup, no decay),
-augmentation off and ``sweep_lr.overrides`` applied (default: no weight decay), trained until the
+augmentation off, a built-in workload's own regularisation off (its declared options, e.g.
+dropout 0) and ``sweep_lr.overrides`` applied (default: no weight decay), trained until the
 training set is fit (``fit_metric`` reaches ``fit_threshold``, checked at every eval) or
 ``max_steps``. The analysis (table, verdicts, recommendation) is ``sweep_lr.py``; here the
 phase's trials become its input, and the recommendation is stored for later phases.
@@ -62,6 +63,7 @@ def _switched_off(loaded: LoadedStudy, overrides: dict[str, Any]) -> list[str]:
 def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
     from tuner.playbook.sweep_lr import default_grid
     from tuner.train.objective import metric_direction
+    from tuner.workloads import regularisation_off
 
     spec = loaded.spec
     sweep = spec.sweep_lr
@@ -72,7 +74,8 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
             "sweep_lr.max_steps is not set (the cap on each grid trial): set it, e.g. to a few times "
             "the steps you expect the model to need"
         )
-    overrides = {**sweep.overrides, "augment": False}
+    # the workload's own regularisation off first, so that the file's sweep_lr.overrides win
+    overrides = {**regularisation_off(spec.workload.name), **sweep.overrides, "augment": False}
     plan = StoredPlan(
         phase="sweep-lr",
         kind="sweep-lr",
@@ -137,17 +140,18 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
 
 
 def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -> StoredPlan:
-    """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits on."""
+    """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits
+    on, or below the grid when every LR diverged."""
     import optuna
 
     from tuner.orchestrate import optuna_study_name, with_retries
-    from tuner.playbook.sweep_lr import FastestAtEdge
+    from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge
 
     study = with_retries(
         optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
     )
     result = sweep_result(study, stored)
-    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge)]
+    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged)]
     if not edges:
         raise UsageError(
             "--extend: nothing to extend: the fastest LR to fit is not at an edge of the grid"

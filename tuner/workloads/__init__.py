@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tuner.workloads._builtins import BUILTINS
+from tuner.workloads._builtins import BUILTINS, regularisation_off
 from tuner.workloads._checks import check_study
 from tuner.workloads._entry_points import EntryPoint, import_entry_point, parse_entry_point
 from tuner.workloads._interface import IGNORE_INDEX, KNOWN_METRICS, Workload, WorkloadContext
@@ -47,4 +47,5 @@ __all__ = [
     "convert_sync_batch_norm",
     "import_entry_point",
     "parse_entry_point",
+    "regularisation_off",
 ]

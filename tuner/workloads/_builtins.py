@@ -6,7 +6,9 @@ Each option model is strict: a typo in ``workload.options`` is an error at ``tun
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -70,12 +72,29 @@ CHAR_LM_METRICS = ("loss", "perplexity", "accuracy")
 IMBALANCED_METRICS = ("loss", "accuracy", "error_rate", "mcc", "per_class")
 
 
+#: Every built-in's dropout is its only regularisation option, and 0 switches it off.
+_DROPOUT_OFF: Mapping[str, Any] = {"dropout": 0.0}
+
+
 @dataclass(frozen=True)
 class BuiltinWorkload:
     entry_point: str
     options: type[_Options]
     summary: str
     metrics: tuple[str, ...]
+    #: Options that regularise, each with the value that switches it off. ``tuner sweep-lr``
+    #: applies these: the playbook's LR sweep runs without regularisation, and only the workload
+    #: knows which of its options are regularisation.
+    regularisation_off: Mapping[str, Any] = field(default_factory=dict)
+
+
+def regularisation_off(workload_name: str) -> dict[str, Any]:
+    """``{"workload.dropout": 0.0}``: a built-in's regularisation options as dotted keys (``--set``
+    style) with their off values; empty for a user's entry point (its options are its own)."""
+    builtin = BUILTINS.get(workload_name)
+    if builtin is None:
+        return {}
+    return {f"workload.{option}": value for option, value in builtin.regularisation_off.items()}
 
 
 BUILTINS: dict[str, BuiltinWorkload] = {
@@ -84,23 +103,27 @@ BUILTINS: dict[str, BuiltinWorkload] = {
         DigitsMlpOptions,
         "MLP on scikit-learn's 8x8 digits",
         DIGITS_METRICS,
+        _DROPOUT_OFF,
     ),
     "digits-cnn": BuiltinWorkload(
         "tuner.workloads.digits:build_cnn",
         DigitsCnnOptions,
         "small CNN with batch norm on scikit-learn's 8x8 digits",
         DIGITS_METRICS,
+        _DROPOUT_OFF,
     ),
     "char-lm": BuiltinWorkload(
         "tuner.workloads.char_lm:build",
         CharLmOptions,
         "tiny character-level transformer language model (perplexity)",
         CHAR_LM_METRICS,
+        _DROPOUT_OFF,
     ),
     "imbalanced": BuiltinWorkload(
         "tuner.workloads.imbalanced:build",
         ImbalancedOptions,
         "imbalanced synthetic classification (per-class correct counts)",
         IMBALANCED_METRICS,
+        _DROPOUT_OFF,
     ),
 }
