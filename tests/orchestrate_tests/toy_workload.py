@@ -1,8 +1,9 @@
 """A tiny workload whose failures are chosen by its options (orchestration tests only).
 
 Options: ``step_sleep_s`` (slow steps, to kill trials mid-run), ``fail`` (``raise``,
-``raise_at_step``, ``segfault``, ``hang``, ``oom``, ``alloc``, ``nan``, ``crash_once``), ``fail_at_step``,
-``marker_dir`` (where ``crash_once`` remembers it already crashed), ``diverge`` (NaN loss when true),
+``raise_at_step``, ``segfault``, ``hang``, ``hang_once``, ``oom``, ``alloc``, ``nan``,
+``crash_once``), ``fail_at_step``, ``marker_dir`` (where ``crash_once`` and ``hang_once``
+remember they already happened), ``diverge`` (NaN loss when true),
 ``nan_above_weight`` (NaN loss once a weight's magnitude exceeds it: a large learning rate diverges).
 """
 
@@ -63,6 +64,9 @@ def build(ctx: WorkloadContext) -> Workload:
             if fail == "segfault":
                 ctypes.string_at(0)
             if fail == "hang":
+                time.sleep(3600)
+            if fail == "hang_once" and not list(Path(options["marker_dir"]).glob("hung-*")):
+                (Path(options["marker_dir"]) / f"hung-{os.getpid()}").touch()
                 time.sleep(3600)
             if fail == "oom":
                 raise MemoryError("toy workload out of memory")

@@ -133,7 +133,8 @@ def report_workers(codes: dict[str, int], folder: Path) -> bool:
     return crashed
 
 
-LOGGED_REASONS = ("crashed", "oom", "timeout", "killed")  # the reasons whose trials have an error.log
+# the reasons whose trials have an error.log
+LOGGED_REASONS = ("crashed", "oom", "timeout", "stalled", "killed")
 SHOWN_LOGS = 3
 
 

@@ -1,7 +1,8 @@
 """Failed trials: why they failed, what the run folder keeps, and whether to retry.
 
 Reasons: ``crashed`` (an exception or a fatal signal), ``diverged`` (NaN/inf loss), ``timeout``
-(past the per-trial limit), ``killed`` (SIGKILL, or a worker that stopped sending heartbeats),
+(past the per-trial limit), ``stalled`` (no progress for a long multiple of its own step time,
+``stall.py``), ``killed`` (SIGKILL, or a worker that stopped sending heartbeats),
 ``oom`` (out of memory), and ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always
 continued). A retry is a new trial for the same slot with the same parameters and run folder,
 so it resumes from the last checkpoint. ``diverged`` is never retried (it would diverge again);
@@ -33,6 +34,7 @@ class FailureReason(StrEnum):
     CRASHED = "crashed"
     DIVERGED = "diverged"
     TIMEOUT = "timeout"
+    STALLED = "stalled"
     KILLED = "killed"
     OOM = "oom"
     INTERRUPTED = "interrupted"
@@ -42,6 +44,7 @@ RETRYABLE = frozenset(
     {
         FailureReason.CRASHED,
         FailureReason.TIMEOUT,
+        FailureReason.STALLED,
         FailureReason.KILLED,
         FailureReason.OOM,
         FailureReason.INTERRUPTED,

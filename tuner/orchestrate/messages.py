@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.orchestrate.failures import FailureReason
+from tuner.orchestrate.stall import Stalled
 
 
 @dataclass(frozen=True)
@@ -83,4 +84,4 @@ class Abandoned:
     """Another worker ended our trial while we were cut off: record nothing, touch nothing."""
 
 
-Outcome = Finished | Errored | TimedOut | Exited | Abandoned
+Outcome = Finished | Errored | TimedOut | Stalled | Exited | Abandoned

@@ -22,6 +22,7 @@ from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate.stall import DEFAULT_STALL_MIN_S, DEFAULT_STALL_MULTIPLE
 
 SETTINGS_ATTR = "tuner:settings"
 WINDOW_ATTR = "tuner:window_started_at"  # time.time() when a command last (re)started the phase
@@ -37,6 +38,9 @@ class PhaseSettings:
     max_parallel: int | None = None
     max_retries: int = DEFAULT_MAX_RETRIES
     trial_timeout_s: float | None = None
+    # the progress watchdog (``stall.py``): stalled after max(multiple x median step, min_s) idle
+    stall_multiple: float | None = DEFAULT_STALL_MULTIPLE  # None: off
+    stall_min_s: float = DEFAULT_STALL_MIN_S
     timeout_h: float | None = None  # wall time, from the run window's start, after which no trial starts
     stop_after_no_improvement: int | None = None  # completed trials without a new best, then no more start
     config_key: str | None = None  # where the budgets are set (``rounds.round1``): named in messages
@@ -50,6 +54,8 @@ class PhaseSettings:
         max_parallel: int | None = None,
         max_retries: int | None = None,
         trial_timeout_s: float | None = None,
+        stall_multiple: float | None = DEFAULT_STALL_MULTIPLE,
+        stall_min_s: float | None = None,
         timeout_h: float | None = None,
         stop_after_no_improvement: int | None = None,
         config_key: str | None = None,
@@ -63,6 +69,10 @@ class PhaseSettings:
             raise UsageError(f"max parallel trials must be at least 1, got {max_parallel}")
         if trial_timeout_s is not None and not trial_timeout_s > 0:
             raise UsageError(f"the trial timeout must be positive, got {trial_timeout_s}")
+        if stall_multiple is not None and not (stall_multiple >= 1 and math.isfinite(stall_multiple)):
+            raise UsageError(f"stall_multiple must be at least 1 (null: no watchdog), got {stall_multiple}")
+        if stall_min_s is not None and not (stall_min_s > 0 and math.isfinite(stall_min_s)):
+            raise UsageError(f"stall_min_s must be positive, got {stall_min_s}")
         if timeout_h is not None and not (timeout_h > 0 and math.isfinite(timeout_h)):
             raise UsageError(f"the phase's wall-time budget (timeout_h) must be positive, got {timeout_h}")
         if stop_after_no_improvement is not None and stop_after_no_improvement < 1:
@@ -75,6 +85,8 @@ class PhaseSettings:
             max_parallel=max_parallel,
             max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
             trial_timeout_s=trial_timeout_s,
+            stall_multiple=stall_multiple,
+            stall_min_s=DEFAULT_STALL_MIN_S if stall_min_s is None else stall_min_s,
             timeout_h=timeout_h,
             stop_after_no_improvement=stop_after_no_improvement,
             config_key=config_key,

@@ -32,6 +32,7 @@ from tuner.orchestrate.messages import (
     Finished,
     Healthy,
     Outcome,
+    Stalled,
     Started,
     TimedOut,
 )
@@ -152,12 +153,16 @@ class Recorder:
                     FailureReason.TIMEOUT,
                     f"no result within the {outcome.limit_s:g} s trial timeout",
                 )
+            case Stalled():
+                reason, message = FailureReason.STALLED, outcome.message
             case Exited():
                 reason, message = describe_exit(outcome.exitcode)
                 if outcome.signals:
                     reason = FailureReason.INTERRUPTED
                     message = f"stopped by a signal before it could checkpoint ({message})"
-        if reason not in (FailureReason.DIVERGED, FailureReason.INTERRUPTED):
+        if isinstance(outcome, Stalled) and outcome.stacks:  # where it hung, before the tail
+            save_error_log(run_dir, f"{message}\n\nwhere it hung (every thread's stack):\n{outcome.stacks}")
+        elif reason not in (FailureReason.DIVERGED, FailureReason.INTERRUPTED):
             save_error_log(run_dir, message)
         extra["last_checkpoint_step"] = latest_checkpoint_step(run_dir)
         try:

@@ -1,11 +1,20 @@
-"""Supervising a trial's child process: fork it, pump its messages, enforce the timeout,
-forward stop signals, and obey the heartbeat thread when another worker ended the trial.
+"""Supervising a trial's child process: fork it, pump its messages, enforce the timeout and the
+progress watchdog (``stall.py``), forward stop signals, and obey the heartbeat thread when another
+worker ended the trial.
+
+One stop signal always ends the trial within seconds, even one hung in workload code (where
+it never reaches the step boundary at which it would obey): after the signal, the child must
+show a sign of life (a step, an eval, a checkpoint, its end) within ``stop_response_s`` (the
+larger of ``STOP_RESPONSE_S`` and 3 median steps), else it is killed; once it moved, it gets
+``STOP_JOIN_S`` to write its checkpoint. Either way the trial is recorded ``interrupted``
+(resumable, no retry spent).
 
 Storage writes are not made here: each message goes to ``on_message`` (``record.Recorder``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import multiprocessing
@@ -24,12 +33,15 @@ from tuner.orchestrate.messages import (
     Exited,
     Finished,
     Outcome,
+    Stalled,
     Started,
     TimedOut,
 )
+from tuner.orchestrate.stall import ProgressBeacon, StallRule, check_stall, dump_stacks
 from tuner.orchestrate.trial_process import TrialJob, trial_main
 
 STOP_JOIN_S = 30.0  # a child asked to stop gets this long to checkpoint before it is killed
+STOP_RESPONSE_S = 10.0  # ... but must first show a sign of life this soon (or 3 median steps)
 POLL_S = 0.25
 
 
@@ -45,6 +57,7 @@ def supervise(
     signals: SignalFlag,
     beat: HeartbeatThread,
     on_message: Callable[[ChildMessage], None],
+    stall: StallRule | None = None,
 ) -> Outcome:
     """Fork the child and pump its messages until it ends; returns how it ended.
 
@@ -55,7 +68,8 @@ def supervise(
     reader, writer = context.Pipe(duplex=False)
     sys.stdout.flush()
     sys.stderr.flush()
-    child = context.Process(target=trial_main, args=(writer, job, threads, os.getpid()), daemon=True)
+    beacon = ProgressBeacon(context)
+    child = context.Process(target=trial_main, args=(writer, job, threads, os.getpid(), beacon), daemon=True)
     # as Python's gc docs advise before a fork: the child's collections then skip the worker's
     # objects instead of touching (and so copying) every page that holds one; the child unfreezes
     gc.freeze()
@@ -67,6 +81,7 @@ def supervise(
     deadline = time.monotonic() + timeout_s if timeout_s else math.inf
     signals_seen = 0
     ready = False  # the child handles SIGTERM (checkpoint, then stop) once it has said "started"
+    stopping = _StopClock(beacon)
     outcome: Outcome | None = None
     try:
         while outcome is None:
@@ -84,6 +99,10 @@ def supervise(
                 outcome = Abandoned()
             elif time.monotonic() >= deadline:
                 outcome = TimedOut(float(timeout_s or 0))
+            elif not signals.count and (stalled := check_stall(beacon, stall or StallRule())):
+                outcome = dataclasses.replace(stalled, stacks=_stacks(child, job))
+            if signals.count and stopping.overdue():
+                child.kill()  # hung where it cannot obey: the pipe's end then ends this loop
             if signals.count > signals_seen and (ready or signals.count > 1):
                 signals_seen = signals.count
                 if child.pid is not None and child.is_alive():
@@ -99,12 +118,34 @@ def supervise(
         raise
     finally:
         reader.close()
-    if isinstance(outcome, Abandoned | TimedOut):
+    if isinstance(outcome, Abandoned | TimedOut | Stalled):
         child.kill()
     _join(child, beat)
     if outcome is None:
         outcome = Exited(child.exitcode, signals.count)
     return outcome
+
+
+class _StopClock:
+    """After a stop signal: is the child overdue (see the module docstring)?"""
+
+    def __init__(self, beacon: ProgressBeacon) -> None:
+        self.beacon = beacon
+        self.asked_at: float | None = None
+        self.marks = 0
+
+    def overdue(self) -> bool:
+        now = time.monotonic()
+        if self.asked_at is None:
+            self.asked_at, self.marks = now, self.beacon.marks
+        if self.beacon.marks == self.marks:  # no sign of life since the signal
+            median = self.beacon.median_step_s or 0.0
+            return now - self.asked_at > max(STOP_RESPONSE_S, 3 * median)
+        return now - max(self.asked_at, self.beacon.last_mark) > STOP_JOIN_S
+
+
+def _stacks(child: multiprocessing.process.BaseProcess, job: TrialJob) -> str:
+    return dump_stacks(child.pid, job.run_dir / "trial.log") if child.pid is not None else ""
 
 
 def _join(child: multiprocessing.process.BaseProcess, beat: HeartbeatThread) -> None:

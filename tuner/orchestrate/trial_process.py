@@ -10,6 +10,7 @@ worker through a pipe, and the worker does every storage write.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import math
 import os
 import signal
@@ -24,6 +25,7 @@ from tuner._lifetime import die_with_parent
 from tuner.errors import TunerError
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
+from tuner.orchestrate.stall import STACKS_SIGNAL, ProgressBeacon
 from tuner.spec import StudySpec
 
 
@@ -62,14 +64,15 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     import tuner.train.run  # noqa: F401  (the whole engine)
 
 
-def _reporter(connection: Any, metric: str) -> Any:
+def _reporter(connection: Any, metric: str, beacon: ProgressBeacon | None) -> Any:
     from tuner.train import Callback, CheckpointCallback
 
     class PipeReporter(Callback):
         """Tells the worker what the loop did; the worker turns it into storage writes.
 
         A checkpoint is reported once it is on disk (the checkpoint writer works in the
-        background), so the step a retry would resume from is never claimed too early.
+        background), so the step a retry would resume from is never claimed too early. Every
+        step, eval and checkpoint is a sign of life on ``beacon`` (the progress watchdog's).
         """
 
         order = 20  # after the objective tracker (0) and the checkpoint writer (10)
@@ -85,13 +88,26 @@ def _reporter(connection: Any, metric: str) -> Any:
             connection.send(Started(loop.step))
 
         def on_train_step_end(self, loop: Any) -> None:
+            if beacon is not None:
+                beacon.step_done(loop.step)
             if not self.healthy:
                 self.healthy = True
                 connection.send(Healthy(loop.step))
             self._report_saved_checkpoint()
 
         def on_fit_end(self, loop: Any) -> None:  # after the writer's flush (order 10 < 20)
+            self._mark()
             self._report_saved_checkpoint()
+
+        def on_eval_start(self, loop: Any) -> None:
+            self._mark()
+
+        def on_checkpoint(self, loop: Any) -> None:
+            self._mark()
+
+        def _mark(self) -> None:
+            if beacon is not None:
+                beacon.mark()
 
         def _report_saved_checkpoint(self) -> None:
             if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
@@ -99,6 +115,7 @@ def _reporter(connection: Any, metric: str) -> Any:
                 connection.send(CheckpointSaved(self.reported))
 
         def on_eval_end(self, loop: Any) -> None:
+            self._mark()
             value = loop.last_eval.get(metric)
             if value is not None:
                 connection.send(Evaluated(loop.step, float(value)))
@@ -117,14 +134,25 @@ def _redirect_output(run_dir: Path) -> None:
     os.close(log)
 
 
-def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: int | None = None) -> None:
-    """Entry point of the forked child: train, report, send the result, exit."""
+def trial_main(
+    connection: Any,
+    job: TrialJob,
+    threads: int | None,
+    parent_pid: int | None = None,
+    beacon: ProgressBeacon | None = None,
+) -> None:
+    """Entry point of the forked child: train, report, send the result, exit.
+
+    ``STACKS_SIGNAL`` writes every thread's stack to ``trial.log``: the worker asks for them
+    before it kills a stalled trial, so its ``error.log`` says where it hung.
+    """
     # The worker froze its objects just before forking us (and unfroze them right after, in
     # itself). They stay frozen here on purpose: unfreezing would make our first full
     # collection touch, and so copy, every page holding one (what the freeze avoids).
     die_with_parent(parent_pid=parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches us through the worker, as SIGTERM
     _redirect_output(job.run_dir)
+    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     import torch
 
     from tuner.train import run_training
@@ -138,7 +166,7 @@ def trial_main(connection: Any, job: TrialJob, threads: int | None, parent_pid: 
             job.spec,
             job.run_dir,
             base_dir=job.base_dir,
-            extra_callbacks=[*own, _reporter(connection, job.spec.objective.metric)],
+            extra_callbacks=[*own, _reporter(connection, job.spec.objective.metric, beacon)],
             data_seed=job.data_seed,
             command=job.command,
             progress=False,

@@ -35,6 +35,7 @@ from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
 from tuner.orchestrate.search_space import Param, distributions, to_config_values
+from tuner.orchestrate.stall import StallRule
 from tuner.orchestrate.storage import open_storage, with_retries
 from tuner.orchestrate.supervise import supervise
 from tuner.orchestrate.trial_process import TrialJob
@@ -250,6 +251,7 @@ class Worker:
             job,
             threads=self.options.threads,
             timeout_s=settings.trial_timeout_s,
+            stall=StallRule(settings.stall_multiple, settings.stall_min_s),
             signals=self.signals,
             beat=beat,
             on_message=recorder.on_message,

@@ -23,6 +23,8 @@ BUDGET_FIELDS = frozenset(
         "max_failed",
         "max_retries",
         "trial_timeout_s",
+        "stall_multiple",
+        "stall_min_s",
         "timeout_h",
         "stop_after_no_improvement",
     }

@@ -80,6 +80,8 @@ class PhasePlan:
                 max_parallel=spec.parallel,
                 max_retries=spec.max_retries,
                 trial_timeout_s=spec.trial_timeout_s,
+                stall_multiple=spec.stall_multiple,
+                stall_min_s=spec.stall_min_s,
                 timeout_h=spec.timeout_h,
                 stop_after_no_improvement=spec.stop_after_no_improvement,
                 config_key=f"rounds.{self.phase.replace('-', '')}",  # round-1 -> rounds.round1, for messages

@@ -225,6 +225,10 @@ class RoundSpec(_Model):
     max_failed: PositiveInt | None = None  # default: a third of `trials`
     max_retries: NonNegativeInt = 1  # retries of a crashed / killed / timed-out trial
     trial_timeout_s: PositiveFloat | None = None
+    # the progress watchdog: a trial without a new step for max(stall_multiple x its median step
+    # time, stall_min_s) is killed as ``stalled``; stall_multiple: null turns it off
+    stall_multiple: Annotated[float, Field(ge=1)] | None = 20.0
+    stall_min_s: PositiveFloat = 300.0
     timeout_h: PositiveFloat | None = None  # stop starting trials after this much wall time
     stop_after_no_improvement: PositiveInt | None = None  # ... or after N completed trials without a new best
     top_k: PositiveInt = 3
