@@ -1,0 +1,161 @@
+"""Processes a test starts, and waits that hold on a busy machine.
+
+A CI box often runs at a load average of 10x its cores. There, a fixed ``time.sleep`` followed by
+an assert, or a deadline of "N steps within 60 s", fails at random while nothing is wrong. So:
+
+- ``wait_for(predicate, timeout, what)`` polls progress (a ``status.json`` field, a file, a row)
+  until it is there, with a generous timeout and a message that says what never came;
+- ``finish(process, progress, ...)`` waits for a process to end for as long as it makes progress
+  (a stalled process fails the test; a slow one does not);
+- ``spawn(...)`` starts a process in a session (process group) of its own and remembers it: the
+  autouse fixture in ``tests/conftest.py`` kills every group a test started, and their
+  descendants, when the test ends, whether it passed, failed or timed out. A test that gives up
+  never leaves a ``tuner train`` running for 20 minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: Seconds a test waits for a sign of progress before it gives up: far beyond what a quiet
+#: machine needs (a second or two), so that a machine at load 20 still passes.
+PATIENCE_S = float(os.environ.get("TUNER_TEST_PATIENCE_S", "300"))
+POLL_S = 0.05
+
+_started: list[subprocess.Popen[Any]] = []
+
+
+def wait_for(
+    predicate: Callable[[], T | None],
+    timeout: float = PATIENCE_S,
+    what: str = "the condition",
+    *,
+    process: subprocess.Popen[Any] | None = None,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    Fails with "timed out after N s waiting for WHAT" when ``timeout`` passes, and at once when
+    ``process`` (the one expected to make the progress) has exited: waiting on would be pointless.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            value = predicate()  # its last act may have been the progress
+            if value:
+                return value
+            raise AssertionError(
+                f"the process exited ({process.returncode}) before {what}{_output_of(process)}"
+            )
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def finish(
+    process: subprocess.Popen[Any],
+    progress: Callable[[], Hashable],
+    *,
+    stall_s: float = PATIENCE_S,
+    what: str = "the process",
+) -> tuple[Any, Any]:
+    """Wait for ``process`` to end while ``progress()`` keeps changing; return its (stdout, stderr).
+
+    No overall deadline: a slow machine is allowed to be slow. Only ``stall_s`` seconds without
+    any change in ``progress()`` (e.g. the last step in ``metrics.csv``) fail the test, after the
+    process group is killed.
+    """
+    last, changed = progress(), time.monotonic()
+    while True:
+        try:
+            return process.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        now = progress()
+        if now != last:
+            last, changed = now, time.monotonic()
+        elif time.monotonic() - changed > stall_s:
+            kill_group(process)
+            raise AssertionError(f"{what} made no progress for {stall_s:.0f} s (last: {last!r})")
+
+
+def spawn(args: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(args, **popen)`` in a session of its own, killed with its whole group
+    (and descendants) when the test ends."""
+    process = subprocess.Popen(args, start_new_session=True, **popen)
+    _started.append(process)
+    return process
+
+
+def spawn_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+    """``tuner ARGS`` as a real process, output merged on stdout as text (see ``spawn``)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
+    return spawn([sys.executable, "-m", "tuner", *args], env=env, **popen)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``process``'s group and every descendant (a worker in a session of its own too)."""
+    below = descendants(process.pid) if process.poll() is None else []
+    for kill in (lambda: os.killpg(process.pid, signal.SIGKILL), *[_killer(pid) for pid in below]):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=30)
+    for stream in (process.stdout, process.stderr, process.stdin):
+        if stream is not None:
+            stream.close()
+
+
+def _killer(pid: int) -> Callable[[], None]:
+    return lambda: os.kill(pid, signal.SIGKILL)
+
+
+def kill_everything_started() -> None:
+    """What the autouse fixture runs after each test."""
+    while _started:
+        kill_group(_started.pop())
+
+
+def _output_of(process: subprocess.Popen[Any]) -> str:
+    if process.stdout is None:
+        return ""
+    try:
+        out, err = process.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError):
+        return ""
+    text = (out or "") + (err or "")
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return f":\n{text[-3000:]}"
