@@ -120,7 +120,7 @@ def test_round2_extends_round1s_schedule_the_playbook_way(tmp_path: Path, output
         ("constant", 185),
         ("linear", 10),
     ]
-    assert any("constant phase grown from 25 to 185 steps" in note for note in stored.notes)
+    assert any("constant phase at 1x grown from 25 to 185 steps" in note for note in stored.notes)
 
 
 def test_round2_refuses_a_training_change_since_round1(tmp_path: Path, output_dir: Path) -> None:
