@@ -211,6 +211,11 @@ def test_round3_ranks_round2s_points_by_their_mean_over_seeds(tmp_path: Path, ou
     for slot, value in seeds.items():
         _add(round2, slot, value, lr=plan2.slots[slot].values["optimizer.lr"], **plan2.slots[slot].attrs)
 
+    with pytest.raises(UsageError) as caught:
+        start_round(load_study(path, ["rounds.round3.top_k=4"]), "round-3", output_dir)
+    assert str(caught.value).startswith(
+        "round 3 trains round-2's 4 best completed points, but round-2 has only 3 completed, from 6 runs "
+    )
     stored = load_plan(start_round(load_study(path), "round-3", output_dir).study.user_attrs)
     assert stored is not None
     # ranking runs gave slots 0, 2, 3: the lucky seed first, and one point twice

@@ -228,6 +228,16 @@ SHAPES = {
     "constant": [ScheduleSegment(shape="constant")],
     "warmup-only": [WARMUP_50],
     "decay-only": [ScheduleSegment(shape="linear", start=2.0, end=0.0)],
+    "warmup-step-decay": [
+        WARMUP_50,
+        ScheduleSegment(shape="constant", steps=100, start=0.1),
+        ScheduleSegment(shape="constant", start=0.01),
+    ],
+    "warmup-cosine-hold": [
+        WARMUP_50,
+        ScheduleSegment(shape="cosine", steps=150, start=1.0, end=0.0),
+        ScheduleSegment(shape="constant", start=0.0),
+    ],
 }
 
 

@@ -89,7 +89,7 @@ def top_points(
             sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
         )
         running = sum(1 for t in live if not t.state.is_finished())
-        of_runs = f" ({len(completed)} runs)" if noun == "points" else ""
+        of_runs = f", from {len(completed)} runs" if noun == "points" else ""
         raise UsageError(
             f"round {number} trains {source}'s {top_k} best completed {noun}, but {source} has only "
             f"{len(points)} completed{of_runs} ({failed} failed, {diverged} diverged, {running} running or "
