@@ -144,6 +144,10 @@ def _schedule_notes(sources: list[_Source]) -> list[str]:
     return [f"schedule of trial {slot_of(s.point.trial)}: {'; '.join(s.schedule.notes)}" for s in sources]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def later_round_plan(
     loaded: LoadedStudy, number: int, storage: Any, production: ProductionLength
 ) -> StoredPlan:
@@ -194,7 +198,7 @@ def later_round_plan(
     multipliers = round_spec.lr_multipliers
     notes = [
         f"{source}'s top {round_spec.top_k} by {by}: {', '.join(p.describe() for p in ranked)}",
-        f"{len(slots)} trials = {round_spec.top_k} points"
+        f"{_count(len(slots), 'trial')} = {_count(round_spec.top_k, 'point')}"
         + (f" x {round_spec.seeds} seeds" if round_spec.seeds > 1 else "")
         + (f" x {len(multipliers)} LR multipliers {multipliers}" if multipliers != [1.0] else ""),
         f"length {previous_plan.trial_steps} -> {steps} steps"
