@@ -120,7 +120,7 @@ def test_round2_extends_round1s_schedule_the_playbook_way(tmp_path: Path, output
         ("constant", 185),
         ("linear", 10),
     ]
-    assert any("constant phase grown from 25 to 185 steps" in note for note in stored.notes)
+    assert any("constant phase at 1x grown from 25 to 185 steps" in note for note in stored.notes)
 
 
 def test_round2_refuses_a_training_change_since_round1(tmp_path: Path, output_dir: Path) -> None:
@@ -191,4 +191,39 @@ def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_pat
     assert {t.state.name for t in trials} == {"COMPLETE"}
     assert all(
         "--set seed_index=1" in t.user_attrs["reproduce"] for t in trials if t.user_attrs["seed_index"]
+    )
+
+
+def test_round3_ranks_round2s_points_by_their_mean_over_seeds(tmp_path: Path, output_dir: Path) -> None:
+    """top_k counts points, not seed runs: one point's seeds must not fill it, and a point with one
+    lucky seed does not outrank a steadily good one."""
+    import yaml
+
+    path, _ = _round1_with_results(tmp_path, output_dir)
+    study = yaml.safe_load(path.read_text())
+    study["rounds"].update(round2={"top_k": 3, "seeds": 2}, round3={"top_k": 3, "seeds": 1})
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    round2 = start_round(load_study(path), "round-2", output_dir).study
+    plan2 = load_plan(round2.user_attrs)
+    assert plan2 is not None
+    # slots 0-1, 2-3, 4-5: round 1's points ranked 1, 2, 3, two seeds each
+    seeds = {0: 0.03, 1: 0.30, 2: 0.04, 3: 0.05, 4: 0.06, 5: 0.07}  # means .165, .045, .065
+    for slot, value in seeds.items():
+        _add(round2, slot, value, lr=plan2.slots[slot].values["optimizer.lr"], **plan2.slots[slot].attrs)
+
+    with pytest.raises(UsageError) as caught:
+        start_round(load_study(path, ["rounds.round3.top_k=4"]), "round-3", output_dir)
+    assert str(caught.value).startswith(
+        "round 3 trains round-2's 4 best completed points, but round-2 has only 3 completed, from 6 runs "
+    )
+    stored = load_plan(start_round(load_study(path), "round-3", output_dir).study.user_attrs)
+    assert stored is not None
+    # ranking runs gave slots 0, 2, 3: the lucky seed first, and one point twice
+    assert [s.attrs["source_trial"] for s in stored.slots] == [2, 4, 0]  # each point's seed-0 slot
+    assert [s.attrs["source_value"] for s in stored.slots] == pytest.approx([0.045, 0.065, 0.165])
+    assert [s.attrs["source_values"] for s in stored.slots] == [[0.04, 0.05], [0.06, 0.07], [0.03, 0.30]]
+    assert stored.notes[0] == (
+        "round-2's top 3 by val/error_rate (mean over seeds, with their range): "
+        "trial 2 (0.045, 0.04-0.05 over 2 seeds), trial 4 (0.065, 0.06-0.07 over 2 seeds), "
+        "trial 0 (0.165, 0.03-0.3 over 2 seeds)"
     )

@@ -58,7 +58,9 @@ def test_warmup_constant_linear_decay_grows_the_constant_only() -> None:
     assert {s: schedule(s) for s in expected} == pytest.approx(expected)
     assert notes == [
         "warmup kept at 50 steps",
-        "constant phase grown from 70 to 2350 steps so the linear decay keeps its 120 steps",
+        "linear decay kept at 120 steps",
+        "constant phase at 1x grown from 70 to 2350 steps so the linear decay keeps its 120 steps "
+        "(the extra steps train at the peak LR)",
     ]
 
 
@@ -91,19 +93,24 @@ def test_constant_only_stays_constant_for_the_new_length() -> None:
     assert notes == ["constant schedule: constant for 1000 steps"]
 
 
-def test_linear_decay_without_a_constant_before_it_stretches_and_says_so() -> None:
-    # Round 1: 100 steps = warmup 20 + decay 1 -> 0 over 80.
+def test_linear_decay_without_a_constant_before_it_gets_one_at_the_peak() -> None:
+    # Round 1: 100 steps = warmup 20 + decay 1 -> 0 over 80. Stretching the decay to 480 would
+    # spend 5x the steps below 0.1x (the playbook's pitfall); 002 keeps the decay's length and
+    # grows a constant phase at the start of it instead.
     round1 = [
         ScheduleSegment(shape="linear", steps=20, start=0.0, end=1.0),
         ScheduleSegment(shape="linear", start=1.0, end=0.0),
     ]
     schedule, notes = _extended(round1, 100, 500)
-    assert _lengths(schedule) == [20, 480]
-    expected = {10: 0.5, 20: 1.0, 140: 0.75, 260: 0.5, 499: 1 / 480, 500: 0.0}
+    assert _lengths(schedule) == [20, 400, 80]
+    expected = {10: 0.5, 20: 1.0, 419: 1.0, 420: 1.0, 440: 0.75, 460: 0.5, 499: 1 / 80, 500: 0.0}
     assert {s: schedule(s) for s in expected} == pytest.approx(expected)
-    assert notes[0] == "warmup kept at 20 steps"
-    assert notes[1].startswith("linear decay stretched from 80 to 480 steps")
-    assert "no constant phase before it" in notes[1]
+    assert notes == [
+        "warmup kept at 20 steps",
+        "linear decay kept at 80 steps",
+        "constant phase at 1x (the peak) of 400 steps inserted before the linear decay: "
+        "the extra steps train at the peak LR",
+    ]
 
 
 def test_fraction_warmup_resolved_at_round1_length_keeps_its_steps() -> None:
@@ -142,28 +149,31 @@ def test_a_warmup_with_a_held_tail_keeps_its_length_and_the_hold_grows() -> None
 
 
 def test_a_decay_with_a_held_tail_ends_at_the_new_length() -> None:
-    # Round 1: warmup 10 + decay 40 = 50 steps of a 100-step run (the last 50 held 0).
+    # Round 1: warmup 10 + decay 40 = 50 steps of a 100-step run (the last 50 held 0). The held
+    # tail is left over, not grown: the 150 extra steps train at the peak, the decay keeps 40.
     round1 = [
         ScheduleSegment(shape="linear", steps=10, start=0.0, end=1.0),
         ScheduleSegment(shape="linear", steps=40, start=1.0, end=0.0),
     ]
     schedule, _ = _extended(round1, 100, 200)
-    assert _lengths(schedule) == [10, 190]
-    assert schedule(105) == pytest.approx(0.5)  # 1 - 95/190
+    assert _lengths(schedule) == [10, 150, 40]
+    assert schedule(159) == 1.0 and schedule(180) == pytest.approx(0.5)  # 1 - 20/40
 
 
-def test_general_rule_the_last_segment_absorbs_and_the_note_names_it() -> None:
-    # A step schedule: 1.0 for 100 steps, then 0.1 for 50 (the last segment).
+def test_a_step_schedule_grows_its_first_step_at_the_peak() -> None:
+    # A step schedule: 1.0 for 100 steps, then 0.1 for 50. Growing the last step (as before)
+    # spent every extra step at 0.1x: the playbook's pitfall.
     round1 = [
         ScheduleSegment(shape="constant", steps=100, start=1.0),
         ScheduleSegment(shape="constant", steps=50, start=0.1),
     ]
     schedule, notes = _extended(round1, 150, 300)
-    assert _lengths(schedule) == [100, 200]
-    assert [schedule(s) for s in (99, 100, 299)] == pytest.approx([1.0, 0.1, 0.1])
+    assert _lengths(schedule) == [250, 50]
+    assert [schedule(s) for s in (249, 250, 299)] == pytest.approx([1.0, 0.1, 0.1])
     assert notes == [
-        "constant phase kept at 100 steps",
-        "constant phase grown from 50 to 200 steps (it takes the change in length)",
+        "constant phase at 0.1x kept at 50 steps",
+        "constant phase at 1x grown from 100 to 250 steps so the constant phase at 0.1x keeps its "
+        "50 steps (the extra steps train at the peak LR)",
     ]
 
 
@@ -176,7 +186,9 @@ def test_shrinking_shrinks_the_absorbing_segment() -> None:
     schedule, notes = _extended(round1, 240, 200)
     assert _lengths(schedule) == [50, 30, 120]
     assert schedule(80) == pytest.approx(1.0) and schedule(140) == pytest.approx(0.5)
-    assert notes[-1] == "constant phase shrunk from 70 to 30 steps so the linear decay keeps its 120 steps"
+    assert (
+        notes[-1] == "constant phase at 1x shrunk from 70 to 30 steps so the linear decay keeps its 120 steps"
+    )
 
 
 def test_shrinking_below_one_step_scales_every_segment() -> None:
@@ -216,6 +228,16 @@ SHAPES = {
     "constant": [ScheduleSegment(shape="constant")],
     "warmup-only": [WARMUP_50],
     "decay-only": [ScheduleSegment(shape="linear", start=2.0, end=0.0)],
+    "warmup-step-decay": [
+        WARMUP_50,
+        ScheduleSegment(shape="constant", steps=100, start=0.1),
+        ScheduleSegment(shape="constant", start=0.01),
+    ],
+    "warmup-cosine-hold": [
+        WARMUP_50,
+        ScheduleSegment(shape="cosine", steps=150, start=1.0, end=0.0),
+        ScheduleSegment(shape="constant", start=0.0),
+    ],
 }
 
 

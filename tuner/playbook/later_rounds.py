@@ -1,11 +1,12 @@
 """Round 2 (and 3, 4...): the previous round's best points, trained longer, with several seeds.
 
-The playbook's step from exploration to exploitation: the ``top_k`` best completed trials of
-round N-1 (never a diverged one: those are failures) are trained ``seeds`` times each at
-round N's length, optionally at a few multiples of their learning rate (``lr_multipliers``:
-the schedule is what transfers least well between lengths). The schedule is the previous
-round's, extended the playbook's way (``schedule_extension.py``). Each slot records where it
-came from, so the report can measure how well round N-1's ranking transferred.
+The playbook's step from exploration to exploitation: the ``top_k`` best points of round N-1
+(ranked by their mean over seeds, ``ranked_points.py``; never a diverged run: those are
+failures) are trained ``seeds`` times each at round N's length, optionally at a few multiples
+of their learning rate (``lr_multipliers``: the schedule is what transfers least well between
+lengths). Each point keeps everything it trained with (its slot's ``sets``, its own schedule,
+extended the playbook's way: ``schedule_extension.py``). Each slot records where it came from,
+so the report can measure how well round N-1's ranking transferred.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UsageError
 from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_plan
+from tuner.playbook.ranked_points import RankedPoint, slot_of, top_points
 
 if TYPE_CHECKING:
     from tuner.playbook.phases import ProductionLength
@@ -55,46 +57,6 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     return min(production.steps, max(previous_steps + 1, math.ceil(previous_steps * ratio)))
 
 
-def _top_trials(
-    trials: list[Any], direction: str, top_k: int, number: int, source: str
-) -> tuple[list[Any], str]:
-    """The ``top_k`` best COMPLETE trials, and a note when the source round is unfinished."""
-    from optuna.trial import TrialState
-
-    from tuner.orchestrate.budget import DUPLICATE_ATTR
-
-    live = [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
-    completed = [
-        t for t in live if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
-    ]
-    if len(completed) < top_k:
-        diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
-        failed = (
-            sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
-        )
-        running = sum(1 for t in live if not t.state.is_finished())
-        raise UsageError(
-            f"round {number} trains {source}'s {top_k} best completed trials, but {source} has only "
-            f"{len(completed)} completed ({failed} failed, {diverged} diverged, {running} running or "
-            f"waiting); finish {source} (tuner run-round STUDY --round {number - 1}) or lower "
-            f"rounds.round{number}.top_k"
-        )
-    sign = 1.0 if direction == "minimize" else -1.0
-    ranked = sorted(completed, key=lambda t: (sign * t.value, int(t.user_attrs.get("slot", t.number))))
-    unfinished = sum(1 for t in live if not t.state.is_finished())
-    note = (
-        f"{source} is unfinished ({unfinished} trials running or waiting): its best "
-        f"{top_k} of {len(completed)} completed trials so far are used"
-        if unfinished
-        else ""
-    )
-    return ranked[:top_k], note
-
-
-def slot_of(trial: Any) -> int:
-    return int(trial.user_attrs.get("slot", trial.number))
-
-
 def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """The stored space, with numeric ranges widened to hold every planned value (an LR
     multiplier may leave the searched range; Optuna refuses a parameter outside its range)."""
@@ -117,23 +79,23 @@ class _Source:
     ``sets``), and its own schedule (searched schedule keys applied) extended.
     """
 
-    trial: Any  # the point's trial (params, slot, best step)
-    value: float
+    point: RankedPoint  # its seed runs (params, slot and best step from the first)
     sets: dict[str, Any]  # the slot's keys besides its params, seed index dropped (round N sets its own)
     lr: float  # the LR it trained at
     schedule: ExtendedSchedule
 
 
-def _source(previous_plan: StoredPlan, trial: Any, steps: int) -> _Source:
+def _source(previous_plan: StoredPlan, point: RankedPoint, steps: int) -> _Source:
     from tuner.playbook.schedule_extension import extend_schedule
     from tuner.train.schedules import build_schedule
 
+    trial = point.trial
     slot = slot_of(trial)
     trained = previous_plan.trial_spec(slot, trial.params).training
     planned = previous_plan.slot(slot)
     sets = {k: v for k, v in (planned.sets if planned else {}).items() if k != "seed_index"}
     schedule = extend_schedule(build_schedule(trained.schedule, previous_plan.trial_steps), steps)
-    return _Source(trial, float(trial.value), sets, trained.optimizer.lr, schedule)
+    return _Source(point, sets, trained.optimizer.lr, schedule)
 
 
 def _slots(
@@ -141,7 +103,7 @@ def _slots(
 ) -> list[SlotPlan]:
     slots = []
     for rank, source in enumerate(sources, start=1):
-        trial = source.trial
+        trial = source.point.trial
         for multiplier in round_spec.lr_multipliers:
             for seed_index in range(round_spec.seeds):
                 values = dict(trial.params)
@@ -162,7 +124,8 @@ def _slots(
                             "source_phase": source_phase,
                             "source_trial": slot_of(trial),
                             "source_rank": rank,
-                            "source_value": source.value,
+                            "source_value": source.point.value,  # the mean over its seeds
+                            "source_values": source.point.values,  # one per seed
                             "source_best_step": trial.user_attrs.get("best_step"),
                             "source_steps": trial.user_attrs.get("max_train_steps"),
                             "seed_index": seed_index,
@@ -178,7 +141,11 @@ def _schedule_notes(sources: list[_Source]) -> list[str]:
     first = sources[0].schedule.notes
     if all(s.schedule.notes == first for s in sources):
         return [f"schedule: {note}" for note in first]
-    return [f"schedule of trial {slot_of(s.trial)}: {'; '.join(s.schedule.notes)}" for s in sources]
+    return [f"schedule of trial {slot_of(s.point.trial)}: {'; '.join(s.schedule.notes)}" for s in sources]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def later_round_plan(
@@ -217,23 +184,21 @@ def later_round_plan(
     )
     trials = with_retries(previous.get_trials, False)
     direction = with_retries(lambda: previous.direction).name.lower()
-    sources, unfinished_note = _top_trials(trials, direction, round_spec.top_k, number, source)
+    ranked, unfinished_note = top_points(trials, previous_plan, direction, round_spec.top_k, number, source)
 
     steps = round_length(spec, number, previous_plan.trial_steps, production)
-    points = [_source(previous_plan, trial, steps) for trial in sources]
+    points = [_source(previous_plan, point, steps) for point in ranked]
     lr_keys = [key for key in previous_plan.space if key_to_path(key) == LR_PATH]
     slots = _slots(points, round_spec, lr_keys[0] if lr_keys else None, source)
     space = dict(previous_plan.space)
     for slot in slots:
         space = _widen(space, slot.values)
-    picked = ", ".join(
-        f"trial {s.attrs['source_trial']} ({s.attrs['source_value']:.6g})"
-        for s in slots[:: round_spec.seeds * len(round_spec.lr_multipliers)]
-    )
+    seeded = any(len(point.runs) > 1 for point in ranked)
+    by = f"{spec.objective.metric} (mean over seeds, with their range)" if seeded else spec.objective.metric
     multipliers = round_spec.lr_multipliers
     notes = [
-        f"{source}'s top {round_spec.top_k} by {spec.objective.metric}: {picked}",
-        f"{len(slots)} trials = {round_spec.top_k} points"
+        f"{source}'s top {round_spec.top_k} by {by}: {', '.join(p.describe() for p in ranked)}",
+        f"{_count(len(slots), 'trial')} = {_count(round_spec.top_k, 'point')}"
         + (f" x {round_spec.seeds} seeds" if round_spec.seeds > 1 else "")
         + (f" x {len(multipliers)} LR multipliers {multipliers}" if multipliers != [1.0] else ""),
         f"length {previous_plan.trial_steps} -> {steps} steps"

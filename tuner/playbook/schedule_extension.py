@@ -1,35 +1,39 @@
 """Round 2's LR schedule: round 1's schedule, as round 1 resolved it, extended the playbook's way.
 
-The playbook's rule (round 2 trains longer than round 1): the parts of a schedule whose length is
-about *steps* keep their length in steps, and the growth goes to the part whose length is about
-*the run*:
+The playbook (seed 002, "how long to train") names the pitfall of a longer round: spending the
+extra steps at too low a learning rate. Its rule: extend training at a high LR - for a linear
+schedule keep round 1's decay length and grow the constant phase at the start; for a cosine keep
+the base LR and stretch it to the new length (as in "Training compute-optimal large language
+models", where a cosine cycle matched to the run's length does best). So every segment keeps its
+length in steps except one, chosen in this order:
 
-- a warmup (a leading linear segment that rises) keeps its length: it exists to get through the
-  first unstable updates, which do not get more numerous in a longer run;
-- a linear decay keeps its length and the constant phase before it grows (a "constant, then a
-  short decay" schedule stays that). Without a constant phase before it, the decay itself
-  stretches, and a note says so;
-- a cosine decay keeps its start and end multipliers and stretches its horizon to the new end;
-- a constant schedule simply stays constant for the new length.
+1. the schedule never decays (constant; warmup + constant; a lone warmup): its last constant
+   grows, or, after a final rising segment, a hold at its end value is appended and grows;
+2. a constant phase right before the first decay (the LR at its peak, as in warmup + constant +
+   decay or a step decay's first step) grows: the decay and everything after it keep their
+   lengths, so a step decay's 0.1x and 0.01x steps, a floor, or a hold at 0 after a decay stay
+   as long as in round 1;
+3. else, when the first decay is a cosine, the cosine stretches (same start and end
+   multipliers), and anything after it (a hold at 0, say) keeps its length;
+4. else (a linear decay, a chain of them, a step down straight after the warmup) a constant phase
+   at the LR the first decay starts from is inserted before it and takes all the extra steps.
 
-In general every segment keeps its length in steps except one that absorbs the change: the last
-constant segment before a final linear decay; else a final cosine; else the last segment. A
-final segment that rises (a warmup with nothing after it, say) is kept too: the LR then holds its
-end value, exactly as ``Schedule`` holds it past its end, and that hold is the segment that grows.
+"The first decay" is the first segment whose LR falls (``end < start``) or the first drop
+between two segments (a step schedule). A warmup (a leading rising segment) always keeps its
+length: it exists to get through the first unstable updates, which do not get more numerous in a
+longer run, and 002 lists warmup length among what transfers. ``rsqrt`` is not a segment shape;
+an rsqrt-like decay written as a chain of linear segments is case 4.
 
 **Round 1's held tail.** ``schedule`` is round 1's schedule resolved at round 1's length. When its
-segments add up to less than that (fixed ``steps`` that do not fill the run, fractions adding up
-to less than 1), round 1's trials held the last value for the remaining steps. That tail is not a
-segment - it is the last segment's hold - so the extension starts from ``schedule.total_steps``.
-For a final constant this changes nothing (the constant grows anyway); for a final rising segment
-the hold is made explicit and grows (above); for a final decay the extended decay ends exactly at
-``new_total`` and there is no held tail any more: the tail was left over, not a designed phase,
-and growing a hold at a decayed LR would spend round 2's extra steps learning almost nothing.
+segments add up to less than that, round 1's trials held the last value for the remaining steps.
+That tail is not a segment, so the extension starts from ``schedule.total_steps``; a tail held at
+a decayed LR is left out, not grown (it was left over, not a designed phase).
 
-**Shrinking** (``new_total`` below ``schedule.total_steps``, e.g. a tiny smoke run) is supported:
-the same segment absorbs the change and shrinks; if that would leave it under one step, every
-segment is scaled by ``new_total / total_steps`` with cumulative rounding (each keeps at least one
-step) and a note says so. Fewer steps than segments is a ``ValueError``.
+**Shrinking** (``new_total`` below ``schedule.total_steps``, e.g. a tiny smoke run): nothing is
+inserted; the constant at the peak (case 2) or the first decay (cases 3 and 4) or the last
+segment (case 1) shrinks; if that would leave it under one step, every segment is scaled by
+``new_total / total_steps`` with cumulative rounding (each keeps at least one step) and a note
+says so. Fewer steps than segments is a ``ValueError``.
 
 Pure: no storage, no torch. The returned segments all carry explicit ``steps`` adding up to
 ``new_total`` exactly, so ``build_schedule(extended.segments, new_total)`` is the round-2
@@ -59,17 +63,19 @@ class ExtendedSchedule:
 class _Absorber(enum.Enum):
     """Which part of the schedule takes up the change in length (see the module docstring)."""
 
-    CONSTANT_BEFORE_DECAY = "constant_before_decay"
-    STRETCHED_DECAY = "stretched_decay"  # a final linear decay with no constant before it
-    COSINE = "cosine"
-    HOLD = "hold"  # a new constant after a final rising segment, at its end value
-    LAST_SEGMENT = "last_segment"
+    PEAK_CONSTANT = "peak_constant"  # the constant right before the first decay
+    NEW_PEAK_CONSTANT = "new_peak_constant"  # inserted before the first decay (growing only)
+    COSINE = "cosine"  # the first decay, a cosine: stretched
+    FIRST_DECAY = "first_decay"  # shrinking with no constant at the peak
+    HOLD = "hold"  # no decay, a final rising segment: a constant at its end value is appended
+    LAST_SEGMENT = "last_segment"  # no decay: the last constant
 
 
 @dataclass(frozen=True)
 class _Choice:
     kind: _Absorber
-    index: int  # the absorbing segment's index; for HOLD, len(segments) (it is appended)
+    index: int  # the absorbing segment's index; HOLD / NEW_PEAK_CONSTANT: where it is inserted
+    value: float = 0.0  # HOLD / NEW_PEAK_CONSTANT: the inserted constant's multiplier
 
 
 def resolved_segments(schedule: Schedule) -> list[ScheduleSegment]:
@@ -95,15 +101,12 @@ def extend_schedule(schedule: Schedule, new_total: int) -> ExtendedSchedule:
         )
 
     choice = _choose_absorber(segments, growing=delta > 0)
-    if choice.kind is _Absorber.HOLD:
-        last = segments[-1]
-        hold = ResolvedSegment("constant", old_total, delta, last.end, last.end)
-        extended = [_explicit(seg, seg.steps) for seg in segments] + [_explicit(hold, delta)]
-        notes = _kept_notes(segments, skip=None)
-        notes.append(
-            f"then the LR holds {last.end:g} (the {_describe(segments, len(segments) - 1)}'s end "
-            f"value, as round 1's schedule did past its end) for {delta} steps"
-        )
+    if choice.kind in (_Absorber.HOLD, _Absorber.NEW_PEAK_CONSTANT):
+        inserted = ResolvedSegment("constant", 0, delta, choice.value, choice.value)
+        extended = [_explicit(seg, seg.steps) for seg in segments]
+        extended.insert(choice.index, _explicit(inserted, delta))
+        notes = _kept_notes(segments, absorbing=None)
+        notes.append(_inserted_note(segments, choice, delta))
         return ExtendedSchedule(extended, notes)
 
     absorbing = segments[choice.index]
@@ -113,29 +116,43 @@ def extend_schedule(schedule: Schedule, new_total: int) -> ExtendedSchedule:
     extended = [
         _explicit(seg, new_length if k == choice.index else seg.steps) for k, seg in enumerate(segments)
     ]
-    skip = len(segments) - 1 if choice.kind is _Absorber.CONSTANT_BEFORE_DECAY else None
-    notes = _kept_notes(segments, skip=skip, absorbing=choice.index)
+    notes = _kept_notes(segments, absorbing=choice.index)
     notes.append(_absorbed_note(segments, choice, new_length))
     return ExtendedSchedule(extended, notes)
 
 
+def _first_decay(segments: list[ResolvedSegment]) -> tuple[int, bool] | None:
+    """Where the LR first falls: (index, True) inside segment ``index``, (index, False) at the
+    drop into segment ``index`` from the one before; None if it never falls."""
+    for k, seg in enumerate(segments):
+        if k > 0 and seg.start < segments[k - 1].end:
+            return k, False
+        if seg.end < seg.start:
+            return k, True
+    return None
+
+
+def _is_flat(seg: ResolvedSegment) -> bool:
+    return seg.shape == "constant" or seg.start == seg.end
+
+
 def _choose_absorber(segments: list[ResolvedSegment], *, growing: bool) -> _Choice:
-    last_index = len(segments) - 1
-    last = segments[-1]
-    if last.shape == "linear" and last.end < last.start:
-        constants = [k for k in range(last_index) if segments[k].shape == "constant"]
-        if constants:
-            return _Choice(_Absorber.CONSTANT_BEFORE_DECAY, constants[-1])
-        return _Choice(_Absorber.STRETCHED_DECAY, last_index)
-    if last.shape == "cosine" and last.end <= last.start:
-        return _Choice(_Absorber.COSINE, last_index)
-    if last.shape != "constant":  # rising (or flat) at the end: keep it, hold its end value
-        if growing:
-            return _Choice(_Absorber.HOLD, len(segments))
-        constants = [k for k in range(last_index) if segments[k].shape == "constant"]
-        if constants:
-            return _Choice(_Absorber.LAST_SEGMENT, constants[-1])
-    return _Choice(_Absorber.LAST_SEGMENT, last_index)
+    decay = _first_decay(segments)
+    if decay is None:
+        last = segments[-1]
+        if not _is_flat(last) and growing:  # rising at the end: keep it, hold its end value
+            return _Choice(_Absorber.HOLD, len(segments), last.end)
+        flats = [k for k, seg in enumerate(segments) if _is_flat(seg)]
+        return _Choice(_Absorber.LAST_SEGMENT, flats[-1] if flats else len(segments) - 1)
+    index, inside = decay
+    if index > 0 and _is_flat(segments[index - 1]):
+        return _Choice(_Absorber.PEAK_CONSTANT, index - 1)
+    if inside and segments[index].shape == "cosine":
+        return _Choice(_Absorber.COSINE, index)
+    if not growing:
+        return _Choice(_Absorber.FIRST_DECAY, index)
+    peak = segments[index].start if inside else segments[index - 1].end
+    return _Choice(_Absorber.NEW_PEAK_CONSTANT, index, peak)
 
 
 def _scaled(
@@ -174,34 +191,42 @@ def _describe(segments: list[ResolvedSegment], index: int) -> str:
     if _is_warmup(segments, index):
         return "warmup"
     if seg.shape == "constant":
-        return "constant phase"
+        return f"constant phase at {seg.start:g}x"
     trend = "decay" if seg.end < seg.start else "rise" if seg.end > seg.start else "segment"
     return f"{seg.shape} {trend}"
 
 
-def _kept_notes(
-    segments: list[ResolvedSegment], *, skip: int | None, absorbing: int | None = None
-) -> list[str]:
+def _kept_notes(segments: list[ResolvedSegment], *, absorbing: int | None) -> list[str]:
     """ "<segment> kept at N steps" for every segment that keeps its length, in order."""
     return [
         f"{_describe(segments, k)} kept at {seg.steps} steps"
         for k, seg in enumerate(segments)
-        if k not in (skip, absorbing)
+        if k != absorbing
     ]
+
+
+def _inserted_note(segments: list[ResolvedSegment], choice: _Choice, steps: int) -> str:
+    if choice.kind is _Absorber.HOLD:
+        return (
+            f"then the LR holds {choice.value:g} (the {_describe(segments, len(segments) - 1)}'s end "
+            f"value, as round 1's schedule did past its end) for {steps} steps"
+        )
+    return (
+        f"constant phase at {choice.value:g}x (the peak) of {steps} steps inserted before the "
+        f"{_describe(segments, choice.index)}: the extra steps train at the peak LR"
+    )
 
 
 def _absorbed_note(segments: list[ResolvedSegment], choice: _Choice, new_length: int) -> str:
     seg = segments[choice.index]
     verb = "grown" if new_length > seg.steps else "shrunk"
     change = f"from {seg.steps} to {new_length} steps"
-    if choice.kind is _Absorber.CONSTANT_BEFORE_DECAY:
-        decay = segments[-1].steps
-        return f"constant phase {verb} {change} so the linear decay keeps its {decay} steps"
-    if choice.kind is _Absorber.STRETCHED_DECAY:
-        stretched = "stretched" if new_length > seg.steps else "shortened"
+    if choice.kind is _Absorber.PEAK_CONSTANT:
+        after = choice.index + 1
+        at_peak = " (the extra steps train at the peak LR)" if new_length > seg.steps else ""
         return (
-            f"linear decay {stretched} {change}: there is no constant phase before it to take "
-            "the change, so the decay itself does"
+            f"{_describe(segments, choice.index)} {verb} {change} so the {_describe(segments, after)} "
+            f"keeps its {segments[after].steps} steps{at_peak}"
         )
     if choice.kind is _Absorber.COSINE:
         stretched = "stretched" if new_length > seg.steps else "shortened"

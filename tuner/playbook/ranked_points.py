@@ -1,0 +1,108 @@
+"""The previous round's best *points*, for round N to train again.
+
+A round with ``seeds: N`` runs each point N times; its runs are not N points. Ranking runs let
+``top_k`` be filled by one point's seeds (dropping the second-best point) and let one lucky seed
+outrank a point that is good on every seed. So the completed runs are grouped by the point they
+trained (their searched values and their slot's other keys, the seed index aside) and each point
+is ranked by the **mean** of its seeds' values: the mean, not the median, because with the usual
+2-3 seeds a median is the mean or one run, and because a point whose other seed did badly is
+a riskier one to carry to a longer run (the playbook's concern is what holds at full length).
+The seeds' values travel with the point, so the spread is shown beside the mean.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import UsageError
+from tuner.playbook.plan import StoredPlan
+
+
+def slot_of(trial: Any) -> int:
+    return int(trial.user_attrs.get("slot", trial.number))
+
+
+def seed_of(trial: Any) -> int:
+    return int(trial.user_attrs.get("seed_index", 0) or 0)
+
+
+@dataclass(frozen=True)
+class RankedPoint:
+    """One point of the previous round: its completed seed runs, lowest seed index first."""
+
+    runs: list[Any]
+
+    @property
+    def trial(self) -> Any:
+        """The run that stands for the point (its params, slot and best step): its first seed."""
+        return self.runs[0]
+
+    @property
+    def values(self) -> list[float]:
+        return [float(t.value) for t in self.runs]
+
+    @property
+    def value(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    def describe(self) -> str:
+        """``trial 2 (0.045)``, or with several seeds ``trial 2 (0.045, 0.04-0.05 over 2 seeds)``."""
+        if len(self.runs) == 1:
+            return f"trial {slot_of(self.trial)} ({self.value:.6g})"
+        low, high = min(self.values), max(self.values)
+        return (
+            f"trial {slot_of(self.trial)} ({self.value:.6g}, {low:.6g}-{high:.6g} "
+            f"over {len(self.runs)} seeds)"
+        )
+
+
+def _point_key(plan: StoredPlan, trial: Any) -> str:
+    planned = plan.slot(slot_of(trial))
+    sets = {k: v for k, v in (planned.sets if planned else {}).items() if k != "seed_index"}
+    return json.dumps({"params": trial.params, "sets": sets}, sort_keys=True, default=str)
+
+
+def top_points(
+    trials: list[Any], plan: StoredPlan, direction: str, top_k: int, number: int, source: str
+) -> tuple[list[RankedPoint], str]:
+    """The ``top_k`` best points of COMPLETE runs (ranked by their mean over seeds; ties by
+    slot), and a note when the source round is unfinished."""
+    from optuna.trial import TrialState
+
+    from tuner.orchestrate.budget import DUPLICATE_ATTR
+
+    live = [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
+    completed = [
+        t for t in live if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
+    groups: dict[str, list[Any]] = {}
+    for trial in sorted(completed, key=lambda t: (seed_of(t), slot_of(t))):
+        groups.setdefault(_point_key(plan, trial), []).append(trial)
+    points = [RankedPoint(runs) for runs in groups.values()]
+    noun = "trials" if len(points) == len(completed) else "points"
+    if len(points) < top_k:
+        diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
+        failed = (
+            sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
+        )
+        running = sum(1 for t in live if not t.state.is_finished())
+        of_runs = f", from {len(completed)} runs" if noun == "points" else ""
+        raise UsageError(
+            f"round {number} trains {source}'s {top_k} best completed {noun}, but {source} has only "
+            f"{len(points)} completed{of_runs} ({failed} failed, {diverged} diverged, {running} running or "
+            f"waiting); finish {source} (tuner run-round STUDY --round {number - 1}) or lower "
+            f"rounds.round{number}.top_k"
+        )
+    sign = 1.0 if direction == "minimize" else -1.0
+    ranked = sorted(points, key=lambda p: (sign * p.value, slot_of(p.trial)))
+    unfinished = sum(1 for t in live if not t.state.is_finished())
+    note = (
+        f"{source} is unfinished ({unfinished} trials running or waiting): its best "
+        f"{top_k} of {len(points)} completed {noun} so far are used"
+        if unfinished
+        else ""
+    )
+    return ranked[:top_k], note
