@@ -21,8 +21,8 @@ from tuner.report.study_data import PhaseData
 CONFIDENCE = 0.95
 PROPORTIONS = ("error_rate", "accuracy", "top5_accuracy")
 RULE = (
-    f"two values differ only when their noise bands do not overlap: the {CONFIDENCE:.0%} Wilson interval "
-    "of an error rate or accuracy on the eval set's examples, widened to the range of a point's seeds"
+    f"values differ when their noise bands do not overlap: the {CONFIDENCE:.0%} Wilson interval of an "
+    "error count on the eval set, widened to a point's seed range"
 )
 
 
