@@ -138,3 +138,13 @@ def _two_points(tmp_path: Path) -> Built:
         second, 2, None, plan.slots[2].values, state="FAIL", failure_reason="crashed", **plan.slots[2].attrs
     )
     return built
+
+
+def test_round_2_values_all_equal_cannot_be_ranked_and_no_scipy_warning_leaks(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's ConstantInputWarning would be an error here
+        report = report_of(_rounds(tmp_path, _errors(20, 22, 22, 40, 50), [[v] for v in _errors(7, 7, 7)]))
+    assert report.phases[0].transfer is not None
+    correlation = only(report.phases[0].transfer.findings, "rank_correlation")
+    assert (correlation.quality, correlation.spearman, correlation.level) == ("too_few", None, "info")
+    assert "all equal" in correlation.text
