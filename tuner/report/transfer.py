@@ -157,13 +157,17 @@ def _points(rows: list[_Row], noise: Noise, minimize: bool) -> list[TransferPoin
 def _changed_beyond_noise(scored: list[TransferPoint]) -> int | None:
     """Pairs of points that both rounds tell apart and order differently; None when a value's
     noise is not measured."""
-    if any(p.source_noise is None or p.noise is None for p in scored):
+    banded = [
+        (p.source_value, p.source_noise, p.value, p.noise)
+        for p in scored
+        if p.source_noise is not None and p.noise is not None and p.value is not None
+    ]
+    if len(banded) < len(scored):
         return None
     changed = 0
-    for a, b in combinations(scored, 2):
-        assert a.source_noise and b.source_noise and a.noise and b.noise
-        told_apart = a.source_noise.apart(b.source_noise) and a.noise.apart(b.noise)
-        if told_apart and (a.source_value - b.source_value) * ((a.value or 0.0) - (b.value or 0.0)) < 0:
+    for (source_a, source_band_a, a, band_a), (source_b, source_band_b, b, band_b) in combinations(banded, 2):
+        told_apart = source_band_a.apart(source_band_b) and band_a.apart(band_b)
+        if told_apart and (source_a - source_b) * (a - b) < 0:
             changed += 1
     return changed
 
