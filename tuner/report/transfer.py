@@ -214,7 +214,10 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         )
     else:
         rho = _spearman([p.source_value for p in scored], [float(p.value or 0.0) for p in scored])
-        result.findings.append(_correlation_finding(phase, result.source_phase, rho, first, common))
+        # more of the source's points is advice only while it has more than were taken
+        more_points = source is None or len(points) < len(source.completed)
+        finding = _correlation_finding(phase, result.source_phase, rho, first, common, more_points)
+        result.findings.append(finding)
     _multipliers(phase, result)
     if source is not None:
         correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
@@ -236,7 +239,12 @@ def _spearman(x: list[float], y: list[float]) -> float | None:
 
 
 def _correlation_finding(
-    phase: PhaseData, source: str, rho: float | None, first: TransferPoint | None, common: dict[str, Any]
+    phase: PhaseData,
+    source: str,
+    rho: float | None,
+    first: TransferPoint | None,
+    common: dict[str, Any],
+    more_points: bool,
 ) -> RankCorrelation:
     n, k, overlap = common["points"], common["top_k"], common["top_k_overlap"]
     best = ""
@@ -287,8 +295,9 @@ def _correlation_finding(
             spearman=rho,
             level=Level.WARNING,
             text=f"{source}'s ranking only weakly predicted {phase.phase}'s ({numbers}{caveat})",
-            advice=f"lengthen {source}'s trials (length_fraction) or take more of its points (top_k) "
-            f"next time; trust the long runs{more}",
+            advice=f"lengthen {source}'s trials (length_fraction)"
+            f"{' or take more of its points (top_k)' if more_points else ''} next time; trust the long "
+            f"runs{more}",
             **common,
         )
     return RankCorrelation(
