@@ -95,7 +95,8 @@ def test_round2_widens_a_range_an_lr_multiplier_leaves(tmp_path: Path, output_di
 
 
 def test_round2_before_round1_has_top_k_completed_trials(tmp_path: Path, output_dir: Path) -> None:
-    path, _ = _round1_with_results(tmp_path, output_dir)
+    # round 1's budget allows 5 points (validate refuses a top_k above it); only 4 completed
+    path, _ = _round1_with_results(tmp_path, output_dir, round1={"trials": 5})
     with pytest.raises(UsageError) as caught:
         start_round(load_study(path, ["rounds.round2.top_k=5"]), "round-2", output_dir)
     assert str(caught.value) == (

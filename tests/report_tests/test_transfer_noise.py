@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,36 @@ def _two_points(tmp_path: Path) -> Built:
         second, 2, None, plan.slots[2].values, state="FAIL", failure_reason="crashed", **plan.slots[2].attrs
     )
     return built
+
+
+def test_round_2_values_all_equal_cannot_be_ranked_and_no_scipy_warning_leaks(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's ConstantInputWarning would be an error here
+        report = report_of(_rounds(tmp_path, _errors(20, 22, 22, 40, 50), [[v] for v in _errors(7, 7, 7)]))
+    assert report.phases[0].transfer is not None
+    correlation = only(report.phases[0].transfer.findings, "rank_correlation")
+    assert (correlation.quality, correlation.spearman, correlation.level) == ("too_few", None, "info")
+    assert "all equal" in correlation.text
+
+
+def _weak(tmp_path: Path, round1: int) -> Any:
+    """Round 2 retrains 4 points, ranking them 3, 1, 2, 4 (Spearman 0.4: weak, noise unmeasured)."""
+    built = study(tmp_path, round1={"trials": round1}, round2={"top_k": 4})
+    first = built.start("round-1")
+    for slot in range(round1):
+        add_trial(first, slot, 0.1 * (slot + 1), {LR: 0.05 * (slot + 1)}, best_step=20)
+    second = built.start("round-2")
+    plan = load_plan(second.user_attrs)
+    assert plan is not None
+    for slot, value in enumerate([0.3, 0.1, 0.2, 0.4]):
+        add_trial(second, slot, value, plan.slots[slot].values, best_step=20, **plan.slots[slot].attrs)
+    assert report_of(built).phases[0].transfer is not None
+    return only(report_of(built).phases[0].transfer.findings, "rank_correlation")
+
+
+def test_weak_transfer_suggests_more_points_only_when_round_1_has_more(tmp_path: Path) -> None:
+    every = _weak(tmp_path / "every", 4)  # round 2 took every point round 1 had
+    assert (every.quality, every.spearman) == ("weak", pytest.approx(0.4))
+    assert "top_k" not in every.advice and "lengthen round-1's trials" in every.advice
+    more = _weak(tmp_path / "more", 6)
+    assert more.quality == "weak" and "take more of its points (top_k)" in more.advice

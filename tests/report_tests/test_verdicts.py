@@ -183,7 +183,11 @@ def test_best_steps_all_in_the_last_quarter_say_train_longer(tmp_path: Path) -> 
     late = only(best_step.findings, "best_step_late")
     assert (late.level, late.short_round, late.suggested_max_train_steps) == ("warning", False, 600)
     assert "train longer" in late.advice and "retune the decay" in late.advice
-    assert {s.key: s.new for s in report.suggestions} == {"training.max_train_steps": 600}
+    # round 1, given in steps at full length, keeps its share (all of it): the README's promise
+    assert {s.key: s.new for s in report.suggestions} == {
+        "training.max_train_steps": 600,
+        "rounds.round1.steps": 600,
+    }
 
 
 def test_best_steps_spread_over_training_are_fine_and_few_trials_are_not_judged(tmp_path: Path) -> None:

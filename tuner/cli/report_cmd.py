@@ -90,7 +90,9 @@ def report(
         data = read_study(reader, name, [phase] if phase else None)
         result = build_report(data)
         if as_json:
-            typer.echo(json.dumps(result.to_json(), indent=2, allow_nan=False))
+            from tuner.report import report_json
+
+            typer.echo(json.dumps(report_json(result), indent=2, allow_nan=False))
         else:
             from tuner.report import render_report
 

@@ -1,7 +1,8 @@
 """The whole report of a study: every diagnostic of every phase, and the suggested next study.
 
 ``build_report`` only reads (the storage through ``study_data``, run folders through
-``run_folders``); the renderers (terminal, JSON, CSV, HTML) and ``--write-next`` take its result.
+``run_folders``); the renderers (terminal, JSON, CSV, HTML) and ``--write-next`` take its result
+(they import this module, never the other way round).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from tuner.report.run_folders import Unreadable
 from tuner.report.study_data import PhaseData, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
 
-SCHEMA = "tuner.report/1"
 MAX_TRAIN_STEPS = ("training", "max_train_steps")
 # completed trials a phase needs before "all fine" means anything: most verdicts need 3
 MIN_TO_JUDGE = 3
@@ -89,11 +89,6 @@ class StudyReport:
                 judged_ranges = True
                 chosen += report.boundaries.suggestions
         return chosen + _round_lengths(chosen, self.phases)
-
-    def to_json(self) -> dict[str, Any]:
-        from tuner.report.json_output import report_json
-
-        return report_json(self)
 
 
 def _round_lengths(chosen: list[Suggestion], phases: list[PhaseReport]) -> list[Suggestion]:

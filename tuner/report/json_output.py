@@ -50,17 +50,16 @@ numbers}``; the kinds: ``best_step_early``, ``best_step_late``, ``best_step_ok``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.playbook.verdicts import jsonable
+from tuner.report.build import PhaseReport, StudyReport
 
-if TYPE_CHECKING:
-    from tuner.report.build import PhaseReport, StudyReport
+SCHEMA = "tuner.report/1"
 
 
 def report_json(report: StudyReport) -> dict[str, Any]:
-    from tuner.report.build import SCHEMA
-
+    """The whole report as the schema above (``tuner report --json``)."""
     return {
         "schema": SCHEMA,
         "study": report.study,

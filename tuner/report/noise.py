@@ -8,6 +8,8 @@ order?) ask this module for each value's noise band and treat values whose bands
 - a point trained with several seeds: the range of its seeds' values (widened to the binomial
   band of its median where that is known);
 - otherwise the noise is not measured, and the verdict says so.
+For a sequence workload the eval set size counts sequences while its error rate counts tokens:
+the band is then wider than the real noise (cautious: it calls fewer reversals, never more).
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tuner.report.run_folders import Unreadable, read_status
+from tuner.report.run_folders import read_status
 from tuner.report.study_data import PhaseData
 
 CONFIDENCE = 0.95
 PROPORTIONS = ("error_rate", "accuracy", "top5_accuracy")
 RULE = (
-    f"two values differ only when their noise bands do not overlap: the {CONFIDENCE:.0%} Wilson interval "
-    "of an error rate or accuracy on the eval set's examples, widened to the range of a point's seeds"
+    f"values differ when their noise bands do not overlap: the {CONFIDENCE:.0%} Wilson interval of an "
+    "error count on the eval set, widened to a point's seed range"
 )
 
 
@@ -107,20 +109,17 @@ def seed_band(values: list[float]) -> Band | None:
 
 
 def eval_examples(phase: PhaseData) -> int | None:
-    """The size of the split the phase's objective is measured on, from its completed trials' run
-    folders (the first that records it); None if no folder on this machine says."""
+    """The size of the split the phase's objective is measured on, from the first of its
+    completed trials' run folders readable here (they all share one eval set); None if it does
+    not say (an older run) or no folder is on this machine. One file read, not one per trial: a
+    round 1 may have thousands."""
     if phase.plan is None or not is_proportion(phase.metric):
         return None
     split = phase.metric.rsplit("/", 1)[0]
     for slot in phase.completed:
-        if slot.run_dir is None:
-            continue
-        status = read_status(slot.run_dir)
-        if isinstance(status, Unreadable):
-            continue
-        counted = _examples(status, split)
-        if counted is not None:
-            return counted
+        status = read_status(slot.run_dir) if slot.run_dir is not None else None
+        if isinstance(status, dict):
+            return _examples(status, split)
     return None
 
 

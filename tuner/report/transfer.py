@@ -157,13 +157,17 @@ def _points(rows: list[_Row], noise: Noise, minimize: bool) -> list[TransferPoin
 def _changed_beyond_noise(scored: list[TransferPoint]) -> int | None:
     """Pairs of points that both rounds tell apart and order differently; None when a value's
     noise is not measured."""
-    if any(p.source_noise is None or p.noise is None for p in scored):
+    banded = [
+        (p.source_value, p.source_noise, p.value, p.noise)
+        for p in scored
+        if p.source_noise is not None and p.noise is not None and p.value is not None
+    ]
+    if len(banded) < len(scored):
         return None
     changed = 0
-    for a, b in combinations(scored, 2):
-        assert a.source_noise and b.source_noise and a.noise and b.noise
-        told_apart = a.source_noise.apart(b.source_noise) and a.noise.apart(b.noise)
-        if told_apart and (a.source_value - b.source_value) * ((a.value or 0.0) - (b.value or 0.0)) < 0:
+    for (source_a, source_band_a, a, band_a), (source_b, source_band_b, b, band_b) in combinations(banded, 2):
+        told_apart = source_band_a.apart(source_band_b) and band_a.apart(band_b)
+        if told_apart and (source_a - source_b) * (a - b) < 0:
             changed += 1
     return changed
 
@@ -210,7 +214,10 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         )
     else:
         rho = _spearman([p.source_value for p in scored], [float(p.value or 0.0) for p in scored])
-        result.findings.append(_correlation_finding(phase, result.source_phase, rho, first, common))
+        # more of the source's points is advice only while it has more than were taken
+        more_points = source is None or len(points) < len(source.completed)
+        finding = _correlation_finding(phase, result.source_phase, rho, first, common, more_points)
+        result.findings.append(finding)
     _multipliers(phase, result)
     if source is not None:
         correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
@@ -232,7 +239,12 @@ def _spearman(x: list[float], y: list[float]) -> float | None:
 
 
 def _correlation_finding(
-    phase: PhaseData, source: str, rho: float | None, first: TransferPoint | None, common: dict[str, Any]
+    phase: PhaseData,
+    source: str,
+    rho: float | None,
+    first: TransferPoint | None,
+    common: dict[str, Any],
+    more_points: bool,
 ) -> RankCorrelation:
     n, k, overlap = common["points"], common["top_k"], common["top_k_overlap"]
     best = ""
@@ -283,8 +295,9 @@ def _correlation_finding(
             spearman=rho,
             level=Level.WARNING,
             text=f"{source}'s ranking only weakly predicted {phase.phase}'s ({numbers}{caveat})",
-            advice=f"lengthen {source}'s trials (length_fraction) or take more of its points (top_k) "
-            f"next time; trust the long runs{more}",
+            advice=f"lengthen {source}'s trials (length_fraction)"
+            f"{' or take more of its points (top_k)' if more_points else ''} next time; trust the long "
+            f"runs{more}",
             **common,
         )
     return RankCorrelation(

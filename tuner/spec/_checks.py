@@ -75,13 +75,18 @@ def check_rounds(loaded: Any) -> None:
     for number in rounds.numbers:
         spec = rounds.get(number)
         here = ("rounds", f"round{number}")
-        if number >= 2 and spec.trials is not None:
+        planned = spec.top_k * spec.seeds * len(spec.lr_multipliers)
+        if number >= 2 and spec.trials is not None and spec.trials != planned:
+            # a trials that repeats what top_k, seeds and lr_multipliers give is harmless
             raise loaded.error(
                 (*here, "trials"),
                 f"round {number} trains round {number - 1}'s best points, so its trial count is "
-                "top_k x seeds x len(lr_multipliers); set those instead of trials",
+                f"top_k x seeds x len(lr_multipliers); set those instead of trials (here {spec.top_k} x "
+                f"{spec.seeds} x {len(spec.lr_multipliers)} = {planned}, not {spec.trials})",
                 at_key=True,
             )
+        if number >= 2:
+            _check_top_k(loaded, rounds, number)
         if number >= 2 and spec.proxy_fraction:
             raise loaded.error(
                 (*here, "proxy_fraction"),
@@ -96,3 +101,22 @@ def check_rounds(loaded: Any) -> None:
                 "points at a few multiples of their LR in round 2 and later",
                 at_key=True,
             )
+
+
+def _check_top_k(loaded: Any, rounds: Any, number: int) -> None:
+    """Round ``number`` takes its ``top_k`` from the points of the round before: round 1's trials,
+    or a later round's own top_k. Asking for more can never be filled (run-round would refuse it
+    only after round 1 ran). Only a top_k the file sets: the default (3) must not refuse a small
+    round 1 that is all the user runs."""
+    before, spec = rounds.get(number - 1), rounds.get(number)
+    available = before.trial_budget if number == 2 else before.top_k
+    top_k = spec.top_k
+    if top_k <= available or "top_k" not in spec.model_fields_set:
+        return
+    has = f"{available} trials" if number == 2 else f"{available} points (its top_k)"
+    raise loaded.error(
+        ("rounds", f"round{number}", "top_k"),
+        f"round {number} takes the best {top_k} points of round {number - 1}, which has only {has}; "
+        f"lower top_k to at most {available} or raise rounds.round{number - 1}."
+        f"{'trials' if number == 2 else 'top_k'}",
+    )

@@ -216,7 +216,7 @@ class RoundSpec(_Model):
     the previous round's ``top_k`` points ``seeds`` times at each of ``lr_multipliers``."""
 
     trials: PositiveInt | None = (
-        None  # round 1 only (default 20): later rounds have top_k x seeds x lr_multipliers
+        None  # round 1's (default 20); a later round's is top_k x seeds x lr_multipliers (may repeat it)
     )
     steps: PositiveInt | None = None
     length_fraction: Fraction | None = None
