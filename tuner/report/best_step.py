@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
 from tuner.report.findings import Finding, Level, Suggestion, pct
+from tuner.report.learning import NOT_JUDGED
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
@@ -131,14 +132,18 @@ def _production(phase: PhaseData) -> int | None:
     return phase.plan.max_train_steps if phase.plan is not None else None
 
 
-def diagnose_best_step(phase: PhaseData) -> BestStepResult:
-    """Best-step positions of the phase's completed trials, and the playbook's verdict on them."""
+def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
+    """Best-step positions of the phase's completed trials, and the playbook's verdict on them
+    (none when not ``judge``: the trials learned nothing, ``learning``)."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
     for _, position in positions:
         histogram[min(HISTOGRAM_BINS - 1, int(position * HISTOGRAM_BINS))] += 1
     result = BestStepResult(positions, histogram)
+    if not judge:
+        result.findings.append(NOT_JUDGED)
+        return result
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:

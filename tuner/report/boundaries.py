@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from tuner.report.categorical_space import MIN_TOP, TOP_RULE, TOP_SHARE, categorical
 from tuner.report.findings import Finding, Level, Suggestion, fmt, of, pct
+from tuner.report.learning import NOT_JUDGED
 from tuner.report.range_moves import Edge, FitsCheck, moved_range, unit
 from tuner.report.range_trend import TREND_RULE, Certainty, Trend, best_near, rank_trend
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
@@ -130,12 +131,16 @@ def top_k_size(completed: int) -> int:
     return min(completed, max(MIN_TOP, math.ceil(TOP_SHARE * completed)))
 
 
-def diagnose_boundaries(phase: PhaseData, fits: FitsCheck) -> BoundaryResult:
-    """Edges of every searched range, for a phase whose points came from a search."""
+def diagnose_boundaries(phase: PhaseData, fits: FitsCheck, judge: bool = True) -> BoundaryResult:
+    """Edges of every searched range, for a phase whose points came from a search (none when not
+    ``judge``: the trials learned nothing, and a range moved on noise points nowhere)."""
     assert phase.plan is not None
     ranked = phase.completed
     k = top_k_size(len(ranked))
     result = BoundaryResult(k)
+    if not judge:
+        result.findings.append(NOT_JUDGED)
+        return result
     if len(ranked) < MIN_TOP:
         result.findings.append(
             TooFewForRanges(
