@@ -147,7 +147,7 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
-        _unresolved(phase, result, "any position verdict")
+        _unresolved(phase, result, "where in training the best checkpoints fall")
         return result
     if eval_every and trial_steps and eval_every / trial_steps > EARLY:
         result.findings.append(
@@ -333,7 +333,7 @@ def _unresolved(phase: PhaseData, result: BestStepResult, what: str) -> None:
             suggested_eval_every=better,
             level=Level.WARNING,
             rule=RESOLUTION_RULE,
-            text=f"cannot tell {what} from where best steps fall: {evals} evals in a run of "
+            text=f"cannot tell {what}: {evals} evals in a run of "
             f"{trial_steps} steps (eval_every {eval_every}), {late_evals} in its last 25%, so the "
             "best step's position is set by the eval grid",
             advice=advice,

@@ -40,6 +40,10 @@ EDGE_RULE = (
     f"the best trial and at least half of {TOP_RULE} lie in the outer {EDGE_ZONE:.0%} of the range "
     "(log space for log ranges)"
 )
+FINE_RULE = (
+    f"at an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an edge with "
+    "p <= 0.5 and the best trial in the outer third there)"
+)
 
 
 @dataclass(frozen=True)
@@ -177,11 +181,12 @@ def _numeric(
             _at_edge(phase, key, param, edge, values, units, result, fits, None)
             return
     if trend is not None and best_near(trend.better_toward, best_u):
-        if trend.certainty is not Certainty.UNSURE:
+        if trend.certainty in (Certainty.CLEAR, Certainty.LIKELY):
             _at_edge(phase, key, param, trend.better_toward, values, units, result, fits, trend)
-        else:
+            return
+        if trend.certainty is Certainty.UNSURE:
             result.findings.append(_unsure(phase, key, trend, best_u))
-        return
+            return
     shape = f"; {trend.words()}" if trend is not None else ""
     result.findings.append(
         RangeFine(
@@ -189,7 +194,7 @@ def _numeric(
             top_low=min(values),
             top_high=max(values),
             level=Level.OK,
-            rule=f"neither {EDGE_RULE}, nor {TREND_RULE}",
+            rule=FINE_RULE,
             text=f"{key}: the top {len(values)} trials lie inside the range ({fmt(min(values))} .. "
             f"{fmt(max(values))} of {fmt(low)} .. {fmt(high)}{shape})",
         )
@@ -204,10 +209,7 @@ def _trend(phase: PhaseData, key: str, low: float, high: float, log: bool) -> Tr
 
 
 def _more_trials(phase: PhaseData, trend: Trend) -> str:
-    return (
-        f"more trials would make it sure (e.g. {phase.round_key}.trials {2 * trend.trials}, "
-        f"{trend.trials} completed now)"
-    )
+    return f"e.g. {phase.round_key}.trials {2 * trend.trials}; {trend.trials} completed now"
 
 
 def _unsure(phase: PhaseData, key: str, trend: Trend, best_u: float) -> EdgeUnsure:
@@ -223,7 +225,7 @@ def _unsure(phase: PhaseData, key: str, trend: Trend, best_u: float) -> EdgeUnsu
         text=f"{key}: cannot tell whether better values lie beyond the {word} of the range: the best "
         f"trial sits at {pct(best_u)} of it and the objective improves toward it, but too weakly to "
         f"say with this many trials ({trend.words()})",
-        advice=f"run more trials before moving the range: {_more_trials(phase, trend)}",
+        advice=f"run more trials before moving the range ({_more_trials(phase, trend)})",
     )
 
 
@@ -297,7 +299,7 @@ def _at_edge(
         f"{fmt(low)} .. {fmt(high)} -> {fmt(new_low)} .. {fmt(new_high)}"
     )
     if trend is not None and trend.certainty is Certainty.LIKELY:
-        advice += f" (likely, not sure: {_more_trials(phase, trend)})"
+        advice += f" (likely, not sure: more trials would make it sure, {_more_trials(phase, trend)})"
     result.findings.append(
         AtEdge(
             param=key,
