@@ -146,7 +146,11 @@ def diagnose_learning(phase: PhaseData) -> LearningResult | None:
         text=f"nothing learned: every trial is at chance level ({numbers}), so no range, length or "
         "trend can be read from these trials",
         advice="make the model learn first: check the data and its labels, the loss and the metric, "
-        "and find an LR that learns (tuner sweep-lr); only then judge ranges and lengths",
+        + (
+            "and widen the sweep's LR grid (sweep_lr.grid): none of its LRs learned"
+            if phase.kind == "sweep-lr"
+            else "and find an LR that learns (tuner sweep-lr); only then judge ranges and lengths"
+        ),
     )
     return LearningResult(False, [nothing])
 
