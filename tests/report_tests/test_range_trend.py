@@ -93,3 +93,16 @@ def test_write_next_widens_the_range_toward_the_trend(tmp_path: Path) -> None:
     written = yaml.safe_load(destination.read_text())
     lr = written["search_space"][LR]
     assert lr["high"] > 1.0 and lr["low"] > 0.01
+
+
+@pytest.mark.parametrize(("best_at", "at_edge"), [(0.65, False), (0.70, True)])
+def test_the_best_trial_must_lie_in_the_outer_third_on_the_trends_side(
+    tmp_path: Path, best_at: float, at_edge: bool
+) -> None:
+    # a clear trend toward the top (p 0.005), the best trial just inside or just past 2/3
+    positions = [0.04, 0.16, 0.29, 0.41, 0.53, best_at, 0.78, 0.92]
+    ranks = [8, 7, 6, 5, 4, 1, 2, 3]
+    rows = [(0.01 * 100**u, 0.1 * rank) for u, rank in zip(positions, ranks, strict=True)]
+    boundaries = report_of(_lr_round(tmp_path, rows)).phases[0].boundaries
+    assert boundaries is not None
+    assert kinds(boundaries.findings) == (["range_edge"] if at_edge else ["range_ok"])
