@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.report_tests.builders import add_trial, study
 from tests.report_tests.test_verdicts import LR, _lr_round, kinds, only, report_of
 from tuner.cli.app import app
 
@@ -106,3 +107,17 @@ def test_the_best_trial_must_lie_in_the_outer_third_on_the_trends_side(
     boundaries = report_of(_lr_round(tmp_path, rows)).phases[0].boundaries
     assert boundaries is not None
     assert kinds(boundaries.findings) == (["range_edge"] if at_edge else ["range_ok"])
+
+
+def test_a_maximized_objective_rising_with_the_lr_moves_the_range_up(tmp_path: Path) -> None:
+    built = study(tmp_path)
+    document = yaml.safe_load(built.path.read_text())
+    document["objective"] = {"metric": "val/accuracy", "direction": "maximize"}
+    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    phase = built.start("round-1")
+    for slot, (u, rank) in enumerate(zip(POSITIONS, STEADY, strict=True)):
+        add_trial(phase, slot, 1.0 - 0.1 * rank, {LR: 0.01 * 100**u}, best_step=20)
+    boundaries = report_of(built).phases[0].boundaries
+    assert boundaries is not None
+    edge = only(boundaries.findings, "range_edge")
+    assert (edge.edge, edge.certainty) == ("high", "clear") and edge.spearman > 0
