@@ -12,8 +12,8 @@ Rules (stated in every verdict):
 - trend (``range_trend``): with few trials that zone holds one or two points, so a range is also
   at an edge when the rank correlation of the objective with the parameter over every completed
   trial points to it (clear p <= 0.05, likely p <= 0.2) and the best trial lies in the outer third
-  on that side; a trend toward the best trial's edge too weak to say either way is "cannot tell:
-  run more trials", neither a move nor an OK;
+  on that side; a hint of a trend toward the best trial's edge (p <= 0.5) is "cannot tell: run
+  more trials", neither a move nor an OK; above that there is no trend, and the range is fine;
 - a divergence frontier: among the finished trials beyond the top k toward that edge, at least
   one and at least half diverged;
 - the suggested range moves by half its width toward the edge (log space for log ranges), keeping
@@ -32,7 +32,7 @@ from tuner.report.categorical_space import MIN_TOP, TOP_RULE, TOP_SHARE, categor
 from tuner.report.findings import Finding, Level, Suggestion, fmt, of, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.range_moves import Edge, FitsCheck, moved_range, unit
-from tuner.report.range_trend import TREND_RULE, Certainty, Trend, best_near, rank_trend
+from tuner.report.range_trend import TREND_RULE, UNSURE_P, Certainty, Trend, best_near, rank_trend
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
 
 EDGE_ZONE = 0.2
@@ -42,7 +42,7 @@ EDGE_RULE = (
 )
 FINE_RULE = (
     f"at an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an edge with "
-    "p <= 0.5 and the best trial in the outer third there)"
+    f"p <= {UNSURE_P:g} and the best trial in the outer third there)"
 )
 
 
