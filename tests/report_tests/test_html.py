@@ -59,7 +59,8 @@ def _params(i: int) -> dict[str, Any]:
 def _build(folder: Path) -> Built:
     from tuner.playbook.plan import load_plan
 
-    built = study(folder, search_space=SPACE, round1={"trials": 12}, round2={"top_k": 3})
+    # eval_every 5: 8 evals in a 40-step trial, 2 after step 30, enough to judge "still improving"
+    built = study(folder, search_space=SPACE, round1={"trials": 12}, round2={"top_k": 3}, eval_every=5)
     sweep = built.start("sweep-lr")
     for i, planned in enumerate(load_plan(sweep.user_attrs).slots):
         add_trial(sweep, i, 0.1, dict(planned.values), best_step=30, fit_step=20 + 10 * (i % 2))

@@ -202,7 +202,8 @@ def test_best_steps_spread_over_training_are_fine_and_few_trials_are_not_judged(
 
 def test_best_steps_at_the_end_of_a_short_round_are_expected_not_a_length_verdict(tmp_path: Path) -> None:
     # round 1 runs 20% of max_train_steps: best steps at its end say "still improving", not "train longer"
-    built = study(tmp_path, max_train_steps=200, eval_every=10, round1={"length_fraction": 0.2})
+    # (eval_every 5: 8 evals in a 40-step trial, 2 after step 30, enough to see "still improving")
+    built = study(tmp_path, max_train_steps=200, eval_every=5, round1={"length_fraction": 0.2})
     phase = built.start("round-1")
     for slot in range(5):
         add_trial(phase, slot, 0.1 + slot / 100, {LR: 0.05 + slot / 100}, best_step=40)

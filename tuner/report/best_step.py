@@ -7,7 +7,11 @@ decay. "Consistently" is ``CONSISTENT``: at least 3 of the 5 best trials and at 
 completed trials.
 
 A trial's best step is only known to the resolution of ``eval_every``: when the first eval
-comes after 10% of training, "the first 10%" cannot be seen, and the report says so.
+comes after 10% of training, "the first 10%" cannot be seen, and the report says so. Fewer than
+``MIN_EVALS`` (4) evals in a run give no position verdict at all, and "still improving" needs at
+least ``MIN_LATE_EVALS`` (2) evals in the last 25%: with evals only at steps 100 and 120 of 120,
+every best step lands there by construction. Then the verdict is "cannot tell", with an
+``eval_every`` giving ``SUGGESTED_EVALS`` (20) evals a run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
 from tuner.report.findings import Finding, Level, Suggestion, pct
+from tuner.report.learning import NOT_JUDGED
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
@@ -30,6 +35,13 @@ EARLY_GROWTH = 2.0  # suggested length: 2 x the latest early best step among the
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
 CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
 HISTOGRAM_BINS = 10
+MIN_EVALS = 4  # evals in a run for any position verdict
+MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"
+SUGGESTED_EVALS = 20  # the suggested eval_every gives this many evals a run (5 in the last 25%)
+RESOLUTION_RULE = (
+    f"a position verdict needs at least {MIN_EVALS} evals in a run, and 'late' at least "
+    f"{MIN_LATE_EVALS} in its last {1 - LATE:.0%}"
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,19 @@ class BestStepCoarse(Finding):
     first_eval_position: float
 
 
+@dataclass(frozen=True)
+class BestStepUnresolved(Finding):
+    """Too few evals for the position to mean anything: where the best step lands is set by the
+    eval grid, not by the training."""
+
+    kind: ClassVar[str] = "best_step_unresolved"
+    eval_every: int
+    trial_steps: int
+    evals: int  # in a run
+    late_evals: int  # in its last 25%
+    suggested_eval_every: int | None
+
+
 @dataclass
 class BestStepResult:
     positions: list[tuple[int, float]]  # (slot, best_step / max_train_steps), best trial first
@@ -107,15 +132,23 @@ def _production(phase: PhaseData) -> int | None:
     return phase.plan.max_train_steps if phase.plan is not None else None
 
 
-def diagnose_best_step(phase: PhaseData) -> BestStepResult:
-    """Best-step positions of the phase's completed trials, and the playbook's verdict on them."""
+def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
+    """Best-step positions of the phase's completed trials, and the playbook's verdict on them
+    (none when not ``judge``: the trials learned nothing, ``learning``)."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
     for _, position in positions:
         histogram[min(HISTOGRAM_BINS - 1, int(position * HISTOGRAM_BINS))] += 1
     result = BestStepResult(positions, histogram)
+    if not judge:
+        result.findings.append(NOT_JUDGED)
+        return result
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
+    evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
+    if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
+        _unresolved(phase, result, "where in training the best checkpoints fall")
+        return result
     if eval_every and trial_steps and eval_every / trial_steps > EARLY:
         result.findings.append(
             BestStepCoarse(
@@ -200,6 +233,13 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) 
         if round_steps is not None and suggested < trial_steps:
             result.suggestions.append(Suggestion(round_steps, trial_steps, suggested, reason))
         return
+    if (
+        late_top >= needed_top
+        and late_all >= half
+        and eval_counts(eval_every, trial_steps)[1] < MIN_LATE_EVALS
+    ):
+        _unresolved(phase, result, "whether the runs were still improving")
+        return
     if late_top >= needed_top and late_all >= half:
         numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
         short = production is not None and trial_steps < production
@@ -260,6 +300,50 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) 
             f"{len(values)} completed)",
         )
     )
+
+
+def eval_counts(eval_every: int, trial_steps: int) -> tuple[int, int]:
+    """Evals in a run of ``trial_steps`` (every ``eval_every`` steps and after the last), and how
+    many of them fall in its last 25%."""
+    if eval_every <= 0 or trial_steps <= 0:
+        return 0, 0
+    steps = {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
+    return len(steps), sum(1 for step in steps if step > LATE * trial_steps)
+
+
+def _unresolved(phase: PhaseData, result: BestStepResult, what: str) -> None:
+    eval_every, trial_steps = phase.eval_every or 0, phase.trial_steps or 0
+    evals, late_evals = eval_counts(eval_every, trial_steps)
+    suggested = max(1, trial_steps // SUGGESTED_EVALS)
+    better = suggested if suggested < eval_every else None
+    advice = (
+        f"lower training.eval_every {eval_every} -> {better} ({SUGGESTED_EVALS} evals a run, "
+        f"{eval_counts(better, trial_steps)[1]} in its last 25%), then judge the length again"
+        if better is not None
+        else "train longer runs, so that evals can fall in more places"
+    )
+    # the coarse note's advice is this one's: one verdict says it
+    result.findings[:] = [f for f in result.findings if not isinstance(f, BestStepCoarse)]
+    result.findings.append(
+        BestStepUnresolved(
+            eval_every=eval_every,
+            trial_steps=trial_steps,
+            evals=evals,
+            late_evals=late_evals,
+            suggested_eval_every=better,
+            level=Level.WARNING,
+            rule=RESOLUTION_RULE,
+            text=f"cannot tell {what}: {evals} evals in a run of "
+            f"{trial_steps} steps (eval_every {eval_every}), {late_evals} in its last 25%, so the "
+            "best step's position is set by the eval grid",
+            advice=advice,
+        )
+    )
+    if better is not None:
+        reason = (
+            f"{evals} evals a run, {late_evals} in its last 25%: too few to place best steps ({phase.phase})"
+        )
+        result.suggestions.append(Suggestion(("training", "eval_every"), eval_every, better, reason))
 
 
 def _round_steps_key(phase: PhaseData) -> tuple[str, ...] | None:

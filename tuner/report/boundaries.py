@@ -12,8 +12,8 @@ Rules (stated in every verdict):
 - trend (``range_trend``): with few trials that zone holds one or two points, so a range is also
   at an edge when the rank correlation of the objective with the parameter over every completed
   trial points to it (clear p <= 0.05, likely p <= 0.2) and the best trial lies in the outer third
-  on that side; a trend toward the best trial's edge too weak to say either way is "cannot tell:
-  run more trials", neither a move nor an OK;
+  on that side; a hint of a trend toward the best trial's edge (p <= 0.5) is "cannot tell: run
+  more trials", neither a move nor an OK; above that there is no trend, and the range is fine;
 - a divergence frontier: among the finished trials beyond the top k toward that edge, at least
   one and at least half diverged;
 - the suggested range moves by half its width toward the edge (log space for log ranges), keeping
@@ -30,14 +30,19 @@ from typing import Any, ClassVar
 
 from tuner.report.categorical_space import MIN_TOP, TOP_RULE, TOP_SHARE, categorical
 from tuner.report.findings import Finding, Level, Suggestion, fmt, of, pct
+from tuner.report.learning import NOT_JUDGED
 from tuner.report.range_moves import Edge, FitsCheck, moved_range, unit
-from tuner.report.range_trend import TREND_RULE, Certainty, Trend, best_near, rank_trend
+from tuner.report.range_trend import TREND_RULE, UNSURE_P, Certainty, Trend, best_near, rank_trend
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
 
 EDGE_ZONE = 0.2
 EDGE_RULE = (
     f"the best trial and at least half of {TOP_RULE} lie in the outer {EDGE_ZONE:.0%} of the range "
     "(log space for log ranges)"
+)
+FINE_RULE = (
+    f"at an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an edge with "
+    f"p <= {UNSURE_P:g} and the best trial in the outer third there)"
 )
 
 
@@ -130,12 +135,16 @@ def top_k_size(completed: int) -> int:
     return min(completed, max(MIN_TOP, math.ceil(TOP_SHARE * completed)))
 
 
-def diagnose_boundaries(phase: PhaseData, fits: FitsCheck) -> BoundaryResult:
-    """Edges of every searched range, for a phase whose points came from a search."""
+def diagnose_boundaries(phase: PhaseData, fits: FitsCheck, judge: bool = True) -> BoundaryResult:
+    """Edges of every searched range, for a phase whose points came from a search (none when not
+    ``judge``: the trials learned nothing, and a range moved on noise points nowhere)."""
     assert phase.plan is not None
     ranked = phase.completed
     k = top_k_size(len(ranked))
     result = BoundaryResult(k)
+    if not judge:
+        result.findings.append(NOT_JUDGED)
+        return result
     if len(ranked) < MIN_TOP:
         result.findings.append(
             TooFewForRanges(
@@ -172,11 +181,12 @@ def _numeric(
             _at_edge(phase, key, param, edge, values, units, result, fits, None)
             return
     if trend is not None and best_near(trend.better_toward, best_u):
-        if trend.certainty is not Certainty.UNSURE:
+        if trend.certainty in (Certainty.CLEAR, Certainty.LIKELY):
             _at_edge(phase, key, param, trend.better_toward, values, units, result, fits, trend)
-        else:
+            return
+        if trend.certainty is Certainty.UNSURE:
             result.findings.append(_unsure(phase, key, trend, best_u))
-        return
+            return
     shape = f"; {trend.words()}" if trend is not None else ""
     result.findings.append(
         RangeFine(
@@ -184,7 +194,7 @@ def _numeric(
             top_low=min(values),
             top_high=max(values),
             level=Level.OK,
-            rule=f"neither {EDGE_RULE}, nor {TREND_RULE}",
+            rule=FINE_RULE,
             text=f"{key}: the top {len(values)} trials lie inside the range ({fmt(min(values))} .. "
             f"{fmt(max(values))} of {fmt(low)} .. {fmt(high)}{shape})",
         )
@@ -199,10 +209,7 @@ def _trend(phase: PhaseData, key: str, low: float, high: float, log: bool) -> Tr
 
 
 def _more_trials(phase: PhaseData, trend: Trend) -> str:
-    return (
-        f"more trials would make it sure (e.g. {phase.round_key}.trials {2 * trend.trials}, "
-        f"{trend.trials} completed now)"
-    )
+    return f"e.g. {phase.round_key}.trials {2 * trend.trials}; {trend.trials} completed now"
 
 
 def _unsure(phase: PhaseData, key: str, trend: Trend, best_u: float) -> EdgeUnsure:
@@ -218,7 +225,7 @@ def _unsure(phase: PhaseData, key: str, trend: Trend, best_u: float) -> EdgeUnsu
         text=f"{key}: cannot tell whether better values lie beyond the {word} of the range: the best "
         f"trial sits at {pct(best_u)} of it and the objective improves toward it, but too weakly to "
         f"say with this many trials ({trend.words()})",
-        advice=f"run more trials before moving the range: {_more_trials(phase, trend)}",
+        advice=f"run more trials before moving the range ({_more_trials(phase, trend)})",
     )
 
 
@@ -292,7 +299,7 @@ def _at_edge(
         f"{fmt(low)} .. {fmt(high)} -> {fmt(new_low)} .. {fmt(new_high)}"
     )
     if trend is not None and trend.certainty is Certainty.LIKELY:
-        advice += f" (likely, not sure: {_more_trials(phase, trend)})"
+        advice += f" (likely, not sure: more trials would make it sure, {_more_trials(phase, trend)})"
     result.findings.append(
         AtEdge(
             param=key,

@@ -18,6 +18,7 @@ from tuner.report.field_values import field_checker
 from tuner.report.findings import Finding, Level, Suggestion
 from tuner.report.health import HealthResult, diagnose_health
 from tuner.report.imbalance import ImbalanceResult, diagnose_imbalance
+from tuner.report.learning import LearningResult, diagnose_learning
 from tuner.report.run_folders import Unreadable
 from tuner.report.study_data import PhaseData, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
@@ -38,6 +39,7 @@ class PhaseReport:
     imbalance: ImbalanceResult | None = None
     best: BestTrial | None = None
     next_steps: list[str] = field(default_factory=list)
+    learning: LearningResult | None = None  # None: chance level unknown
 
     @property
     def phase(self) -> str:
@@ -46,7 +48,7 @@ class PhaseReport:
     @property
     def findings(self) -> list[Finding]:
         """Every finding of the phase, in the order the report prints them."""
-        found: list[Finding] = []
+        found: list[Finding] = list(self.learning.findings) if self.learning is not None else []
         for part in (self.best_step, self.boundaries, self.health, self.transfer, self.imbalance):
             if part is not None:
                 found += part.findings
@@ -131,12 +133,14 @@ def build_report(data: StudyData) -> StudyReport:
 
 def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     report = PhaseReport(phase, diagnose_health(phase, trend=phase.searched))
+    report.learning = diagnose_learning(phase)
+    learned = report.learning is None or report.learning.learned  # else ranges and lengths are noise
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(phase)
     else:
-        report.best_step = diagnose_best_step(phase)
+        report.best_step = diagnose_best_step(phase, judge=learned)
     if phase.searched and phase.plan is not None:
-        report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config))
+        report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config), judge=learned)
     if phase.plan is not None and phase.plan.source_phase is not None:
         report.transfer = diagnose_transfer(phase, data.phase(phase.plan.source_phase))
     report.imbalance = diagnose_imbalance(phase)
@@ -158,7 +162,8 @@ def _next_steps(report: PhaseReport) -> list[str]:
     """What to do next, in plain words: the advice of every warning, most urgent first (failures,
     then the search space, the length, the transfer); else where the search stands."""
     urgent_first = (report.health, report.boundaries, report.best_step, report.transfer, report.imbalance)
-    findings = [f for part in urgent_first if part is not None for f in part.findings]
+    findings = list(report.learning.findings) if report.learning is not None else []  # said first
+    findings += [f for part in urgent_first if part is not None for f in part.findings]
     steps = [f.advice for f in findings if f.level is Level.WARNING and f.advice]
     if not steps and report.health.trend in ("improving", "plateaued", "slowing"):
         progress = [f.advice for f in report.health.findings if f.kind == "progress" and f.advice]

@@ -165,6 +165,7 @@ def _verdicts(report: PhaseReport) -> str:
     data = report.data
     items = ""
     for area, part in (
+        ("learning", report.learning),
         ("best step", report.best_step),
         ("search space", report.boundaries),
         ("health", report.health),

@@ -13,6 +13,7 @@ NaN or infinite become ``null``. Schema::
           "trial_steps": int|null, "max_train_steps": int|null, "searched": bool,
           "counts": {"complete", "stopped", "diverged", "failed", "running", "waiting": int},
           "attempts": int,                   # Optuna trials, retries included
+          "learning": null | {"rule", "learned": bool, "verdicts": [...]},   # null: chance unknown
           "best_step": null | {"rule", "positions": [{"trial", "position"}], "median",
                                "histogram": [10 ints over 0..1], "verdicts": [...]},
           "boundaries": null | {"rule", "top_k", "verdicts": [...]},
@@ -37,9 +38,11 @@ NaN or infinite become ``null``. Schema::
     }
 
 Every verdict is ``{"kind", "level": "warning"|"ok"|"info", "text", "advice", "rule", ...its
-numbers}``; the kinds: ``best_step_early``, ``best_step_late``, ``best_step_ok``,
-``best_step_too_few``, ``best_step_coarse``; ``range_edge``, ``divergence_frontier``,
-``range_edge_at_field_limit``, ``range_ok``, ``ranges_too_few``, ``categorical_never_tried``,
+numbers}``; the kinds: ``nothing_learned``, ``learned``, ``not_judged_nothing_learned``;
+``best_step_early``, ``best_step_late``, ``best_step_ok``, ``best_step_too_few``,
+``best_step_coarse``, ``best_step_unresolved``; ``range_edge`` (``basis``: position, trend),
+``range_edge_unsure``, ``divergence_frontier``, ``range_edge_at_field_limit``, ``range_ok``,
+``ranges_too_few``, ``categorical_never_tried``,
 ``categorical_never_won``, ``categorical_one_value``; ``failure_rate``, ``divergence_region``,
 ``diverged_scattered``, ``progress`` (``trend``: improving, slowing, plateaued, too_few);
 ``rank_correlation`` (``quality``: good, weak, reversed, within_noise, too_few;
@@ -83,6 +86,7 @@ def _phase(report: PhaseReport) -> dict[str, Any]:
             "searched": data.searched,
             "counts": report.health.counts,
             "attempts": data.attempts,
+            "learning": report.learning,
             "best_step": report.best_step,
             "boundaries": report.boundaries,
             "health": report.health,

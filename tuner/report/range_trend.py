@@ -21,13 +21,14 @@ from tuner.report.range_moves import Edge
 
 CLEAR_P = 0.05  # p <= 0.05: the trend is clear
 LIKELY_P = 0.20  # p <= 0.20: likely; more trials would make it sure
+UNSURE_P = 0.50  # p <= 0.50: a hint, too weak to act on: cannot tell (above: no trend at all)
 TREND_ZONE = 1 / 3  # the best trial must lie in the outer third on the side the trend points to
 EXACT_BELOW = 10
 RESAMPLES = 50_000  # >= 9!: every ordering below EXACT_BELOW trials
 TREND_RULE = (
     f"the objective's Spearman rank correlation with the parameter (log axis for log ranges) over "
-    f"every completed trial points to an edge (p <= {CLEAR_P:g} clear, p <= {LIKELY_P:g} likely) "
-    f"and the best trial lies in the outer {TREND_ZONE:.0%} of the range on that side"
+    f"every completed trial points to an edge (p <= {CLEAR_P:g} clear, p <= {LIKELY_P:g} likely, "
+    f"p <= {UNSURE_P:g} cannot tell) and the best trial lies in the outer third of the range there"
 )
 
 
@@ -35,6 +36,7 @@ class Certainty(StrEnum):
     CLEAR = "clear"
     LIKELY = "likely"
     UNSURE = "cannot tell"
+    NONE = "no trend"
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,19 @@ def rank_trend(units: list[float], values: list[float], minimize: bool) -> Trend
     else:
         p_value = float(stats.spearmanr(units, values).pvalue)
     rising_is_better = (rho < 0) if minimize else (rho > 0)
-    certainty = (
-        Certainty.CLEAR
-        if p_value <= CLEAR_P
-        else Certainty.LIKELY
-        if p_value <= LIKELY_P
-        else Certainty.UNSURE
-    )
-    return Trend(rho, p_value, len(units), "high" if rising_is_better else "low", certainty)
+    side: Edge = "high" if rising_is_better else "low"
+    return Trend(rho, p_value, len(units), side, _certainty(p_value))
+
+
+def _certainty(p_value: float) -> Certainty:
+    for bound, certainty in (
+        (CLEAR_P, Certainty.CLEAR),
+        (LIKELY_P, Certainty.LIKELY),
+        (UNSURE_P, Certainty.UNSURE),
+    ):
+        if p_value <= bound:
+            return certainty
+    return Certainty.NONE
 
 
 def best_near(edge: Edge, best_unit: float) -> bool:

@@ -104,6 +104,8 @@ def _phase(report: PhaseReport, width: int) -> list[Text]:
         lines += labelled("best", "no completed trial yet: nothing to judge", width)
     if report.sweep is not None:
         lines += _sweep(report, width)
+    if report.learning is not None:
+        lines += _section("learning", report.learning.findings, width)
     if report.best_step is not None:
         lines += _section("best step", report.best_step.findings, width)
     if report.boundaries is not None:

@@ -382,6 +382,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         best_step=tracker.best_step,
         objective=spec.objective.metric,
         direction=spec.objective.direction,
+        num_classes=workload.num_classes,  # the report's chance level (tuner.report.learning)
         last_eval=trainer.last_eval,
         validation=validation,
         eval_examples=evaluator.sizes(),  # the report's noise band of an error rate needs them
