@@ -101,7 +101,8 @@ def test_health_of_a_real_round_where_every_trial_failed(tmp_path: Path) -> None
 
 
 def test_health_of_a_real_single_trial_round_is_too_few_to_judge(tmp_path: Path) -> None:
-    path = toy_study(tmp_path, round1={"trials": 1, "steps": 20})
+    learns = {"optimizer.lr": {"type": "float", "low": 0.3, "high": 0.5}}  # so "nothing learned" stays out
+    path = toy_study(tmp_path, search_space=learns, round1={"trials": 1, "steps": 40})
     output = tmp_path / "runs"
     _run(path, output, 1)
 
