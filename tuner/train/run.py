@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from rich.console import Console
+from rich.markup import escape
 
 from tuner._atomic import atomic_write_text
 from tuner._streams import PipeSafeConsole
@@ -24,7 +25,7 @@ from tuner.errors import TunerError, UsageError, WorkloadCodeError, WorkloadErro
 from tuner.output import shown_path
 from tuner.spec import StudySpec
 from tuner.train.build import build_workload
-from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
+from tuner.train.checkpoints import LATEST, CheckpointCallback, resume_point
 from tuner.train.data import StepBatches
 from tuner.train.distributed import SINGLE, Ranks
 from tuner.train.evaluation import Evaluator, class_counts, fixed_sample
@@ -37,7 +38,7 @@ from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
 from tuner.train.proxy import proxy_split
 from tuner.train.rng import derive_seed, seed_torch, trial_seeds
-from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
+from tuner.train.run_folder import UNFINISHED, locked_run_dir, prepare_run_dir, read_status, write_status
 from tuner.train.schedules import build_schedule
 from tuner.train.workload_errors import blame_workload, check_dataset_targets
 from tuner.workloads import IGNORE_INDEX, Workload
@@ -190,12 +191,14 @@ def run_training(
             said = blamed or error
             # tuner's own errors (a data worker's WorkloadCodeError, another rank's) say what they are
             message = str(said) if isinstance(said, TunerError) else f"{type(error).__name__}: {error}"
-            write_status(
-                run_dir,
-                durable=training.fsync_checkpoints,
-                status="interrupted" if interrupted else "failed",
-                message="" if interrupted else message,
-            )
+            # a Ctrl-C that lands after the run ended (its status written) changes nothing on disk
+            if not (interrupted and read_status(run_dir).get("status") not in (None, *UNFINISHED)):
+                write_status(
+                    run_dir,
+                    durable=training.fsync_checkpoints,
+                    status="interrupted" if interrupted else "failed",
+                    message="" if interrupted else message,
+                )
             if isinstance(error, WorkloadCodeError):
                 error.log_path = shown_path(str(run_dir / "error.log"))
             if blamed is not None:
@@ -359,14 +362,19 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         ranks=ranks,
         train_model=_ddp(model, device, training.sync_batch_norm) if ranks.distributed else None,
     )
-    latest = run_dir / "checkpoints" / LATEST
-    if latest.exists():
-        # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
-        trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
+    # loaded to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
+    resumable = resume_point(run_dir / "checkpoints")
+    if ranks.is_main:
+        for note in resumable.notes():  # a damaged checkpoint is skipped, and the user told which
+            (console or PipeSafeConsole(stderr=True)).print(escape(note))
+    if resumable.state is not None:
+        trainer.load_state_dict(resumable.state)
     resumed_from = trainer.step
     # closing: the data workers end with the run, whether it completes, stops or raises
     with stop_on_signals(trainer, stop_signals), contextlib.closing(trainer.batches):
         reason = trainer.fit()
+    if ranks.distributed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank's run has ended: nothing left to stop
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     if not ranks.is_main:
         return RunResult(run_dir, status, trainer.stop_message, trainer.step, training.max_train_steps,
