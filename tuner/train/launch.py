@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, TypeVar
 
+from tuner._environment_faults import SMALLER_BATCH
 from tuner._lifetime import children_allowed, die_with_parent
 from tuner.errors import TunerError
 from tuner.train.distributed import Ranks
@@ -52,6 +53,8 @@ class RankError(TunerError):
     def __init__(self, message: str, out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.out_of_memory = out_of_memory
+        if out_of_memory:  # the machine's limit, not a bug nor a failure of the code: bad environment
+            self.exit_code = 2
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.out_of_memory))
@@ -360,6 +363,8 @@ def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
         error = failure.error
     else:
         text = failure.text if rank == 0 else f"rank {rank}: {failure.text}"
+        if failure.out_of_memory:
+            text = f"out of memory in {text}; {SMALLER_BATCH}"
         error = RankError(text, out_of_memory=failure.out_of_memory)
     error.rank_tracebacks = "".join(  # type: ignore[attr-defined]
         f"--- rank {r} ---\n" + (f.traceback if isinstance(f, RankFailure) else f"{f}\n")
