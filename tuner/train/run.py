@@ -78,7 +78,8 @@ def run_training(
     lock_wait_s: float = 0.0,
     start_method: str = "spawn",
 ) -> RunResult:
-    """Train ``spec`` in ``run_dir``, resuming from its ``latest.pt`` if there is one.
+    """Train ``spec`` in ``run_dir``, resuming from its newest checkpoint that verifies (its
+    ``latest.pt``, else a best one: ``checkpoints.resume_point``) if there is one.
 
     ``stop_signals`` stop the run cleanly (checkpoint, status ``interrupted``); ``lock_wait_s``
     is how long to wait for a dying process that still holds the run folder.
