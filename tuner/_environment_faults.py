@@ -39,7 +39,7 @@ class EnvironmentFault:
 #: ("DefaultCPUAllocator: can't allocate memory"), the C library ("Cannot allocate memory").
 OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
-_SMALLER_BATCH = "lower training.batch_size (or the model's size) and run the same command again"
+SMALLER_BATCH = "lower training.batch_size (or the model's size) and run the same command again"
 
 _BY_ERRNO = {
     errno.ENOSPC: FaultKind.DISK_FULL,
@@ -88,7 +88,7 @@ def _os_fault(error: OSError) -> EnvironmentFault | None:
     if kind is None:
         return None
     if kind is FaultKind.OUT_OF_MEMORY:
-        return EnvironmentFault(kind, f"out of memory ({error.strerror}); {_SMALLER_BATCH}")
+        return EnvironmentFault(kind, f"out of memory ({error.strerror}); {SMALLER_BATCH}")
     path = _shown(error.filename)
     at = f" {path}" if path else ""
     again = "run the same command again"
@@ -117,7 +117,7 @@ def environment_fault(error: BaseException) -> EnvironmentFault | None:
         if is_out_of_memory(current):
             first = (str(current).strip().splitlines() or [""])[0]
             detail = f"{type(current).__name__}: {first}" if first else type(current).__name__
-            return EnvironmentFault(FaultKind.OUT_OF_MEMORY, f"out of memory ({detail}); {_SMALLER_BATCH}")
+            return EnvironmentFault(FaultKind.OUT_OF_MEMORY, f"out of memory ({detail}); {SMALLER_BATCH}")
         if isinstance(current, OSError):
             found = _os_fault(current)
             if found is not None:

@@ -98,3 +98,26 @@ def test_train_out_of_memory_says_so_and_suggests_a_smaller_batch(tmp_path: Path
     result = run_tuner("train", str(study), "--no-progress", "--output-dir", str(tmp_path / "runs"))
     _one_clear_line(result, "out of memory", "batch_size")
     assert os.path.exists(tmp_path / "runs")
+
+
+#: ddp_workload whose rank 1 runs out of memory while it builds the workload
+OOM_ON_RANK_1 = """
+
+_ddp_build = build
+
+
+def build(ctx):
+    if os.environ.get("RANK") == "1":
+        raise MemoryError("rank 1 could not allocate its batch")
+    return _ddp_build(ctx)
+"""
+
+
+def test_a_rank_out_of_memory_in_a_two_process_train_says_so(tmp_path: Path) -> None:
+    from tests.train_tests.test_distributed import HERE, ddp_study
+
+    study = ddp_study(tmp_path / "study")
+    workload = (HERE / "ddp_workload.py").read_text() + OOM_ON_RANK_1
+    (tmp_path / "study" / "ddp_workload.py").write_text(workload)
+    result = run_tuner("train", str(study), "--no-progress", "--output-dir", str(tmp_path / "runs"))
+    _one_clear_line(result, "out of memory", "rank 1", "batch_size")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import pickle
@@ -80,9 +81,13 @@ def test_keeps_the_n_best_plus_latest(make_study, tmp_path: Path) -> None:
     kept = [(entry["value"], entry["step"]) for entry in index["best"]]
     # The three lowest error rates; among ties the earliest checkpoints stay (a later tie is not better).
     assert [v for v, _ in kept] == sorted(v for v, _ in evals)[:3]
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["index.json", "latest.pt", *(f"best-step{s:08d}.pt" for _, s in kept)]
-    )
+    checkpoints = ["latest.pt", *(f"best-step{s:08d}.pt" for _, s in kept)]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["checksums.json", "index.json", *checkpoints])
+    # every kept file, and only those, with the sha256 it has on disk
+    recorded = json.loads((folder / "checksums.json").read_text())["files"]
+    assert sorted(recorded) == sorted(checkpoints)
+    for name in checkpoints:
+        assert recorded[name] == [hashlib.sha256((folder / name).read_bytes()).hexdigest()]
     assert index["latest"]["step"] == 100
     for _, step in kept:  # each best file is the state at its step
         assert load_checkpoint(folder / f"best-step{step:08d}.pt")["step"] == step
@@ -91,7 +96,11 @@ def test_keeps_the_n_best_plus_latest(make_study, tmp_path: Path) -> None:
 def test_keep_zero_writes_only_latest(make_study, tmp_path: Path) -> None:
     loaded = make_study(keep_best_checkpoints=0)
     run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
-    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["index.json", "latest.pt"]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+        "checksums.json",
+        "index.json",
+        "latest.pt",
+    ]
 
 
 def test_no_temp_files_are_left_behind(make_study, tmp_path: Path) -> None:
@@ -168,4 +177,6 @@ def test_fsync_checkpoints_chooses_whether_checkpoints_survive_a_power_cut(
     assert len(checkpoint_syncs) == (2 if fsync else 0)
     # the rename is durable only once the folder holding it is synced too
     folder_syncs = [path for path in synced if path == str(tmp_path / "run" / "checkpoints")]
-    assert len(folder_syncs) == (2 if fsync else 0)
+    assert len(folder_syncs) == (4 if fsync else 0)  # each checkpoint's sha256 record, then the file
+    checksum_syncs = [path for path in synced if ".checksums.json." in path]
+    assert len(checksum_syncs) == (2 if fsync else 0)  # recorded before the checkpoint's rename

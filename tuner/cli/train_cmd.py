@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from tuner.output import shown_path
+
+if TYPE_CHECKING:
+    from tuner.train import RunResult
 
 
 @guarded
@@ -57,7 +62,15 @@ def train(
         progress=progress,
         start_method="fork",  # no torch operation has run in this process: ranks fork safely
     )
-    metric = loaded.spec.objective.metric
+    # the run has ended and status.json says how: a Ctrl-C while this is said has nothing to stop
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _summarise(loaded.spec.objective.metric, result)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _summarise(metric: str, result: RunResult) -> None:
     out.print(f"run folder   {shown_path(result.run_dir)}")
     # target_reached: a callback's goal was met before max_train_steps, a normal end; say which
     status = f"target reached ({result.message})" if result.status == "target_reached" else result.status

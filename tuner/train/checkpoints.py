@@ -8,6 +8,9 @@ The state is serialised on the training thread (a consistent snapshot: training 
 changing the weights) and written by a background thread while training continues, as
 Lightning's ``AsyncCheckpointIO`` does: at most one write is in flight, ``saved_step`` says
 what is on disk, and the run waits for the last write before it ends.
+
+Every checkpoint's sha256 goes into ``checksums.json`` (``checkpoint_integrity``), and a resume
+starts from the newest checkpoint that verifies (``resume_point``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import torch
 
 from tuner._atomic import atomic_write, atomic_write_json
+from tuner.train.checkpoint_integrity import Manifest, Resumable, newest_intact, sha256_of
 from tuner.train.events import Callback
 from tuner.train.objective import ObjectiveTracker, is_better
 
@@ -42,6 +46,13 @@ def step_of(name: str) -> int:
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load with ``weights_only=True``: a checkpoint file can never run code on load."""
     return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def resume_point(folder: Path) -> Resumable:
+    """The newest checkpoint in ``folder`` that verifies: ``latest.pt``, else the best ones by
+    step, newest first; what was skipped and why. Raises ``CheckpointsDamaged`` if none loads."""
+    best = sorted(Path(folder).glob("best-step*.pt"), key=lambda p: step_of(p.name), reverse=True)
+    return newest_intact(folder, LATEST, best)
 
 
 class CheckpointCallback(Callback):
@@ -65,6 +76,7 @@ class CheckpointCallback(Callback):
         self.saved_step: int | None = None
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
+        self.manifest = Manifest(self.folder, durable=durable)
 
     def _worst(self) -> str:
         # The worst is the one every other beats: max for minimize, min for maximize.
@@ -107,6 +119,13 @@ class CheckpointCallback(Callback):
     ) -> None:
         try:
             latest = self.folder / LATEST
+            digest = sha256_of(snapshot.getbuffer())
+            # the old digest stays listed until the rename is done: a kill between them is no damage
+            self.manifest.set(LATEST, digest, *self.manifest.digests.get(LATEST, [])[:1])
+            if best:
+                self.manifest.set(best, digest)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.manifest.save()
             atomic_write(latest, lambda handle: handle.write(snapshot.getbuffer()), durable=self.durable)
             if best:
                 _link_or_copy(latest, self.folder / best)
@@ -114,6 +133,9 @@ class CheckpointCallback(Callback):
             atomic_write_json(self.folder / "index.json", index, durable=False)
             if evicted:
                 (self.folder / evicted).unlink(missing_ok=True)
+            self.manifest.set(LATEST, digest)
+            self.manifest.drop([evicted] if evicted else [])
+            self.manifest.save(durable=False)  # lost in a power cut: both digests stay listed, no harm
             self.saved_step = step
         except BaseException as error:  # re-raised on the training thread by flush()
             self._error = error
@@ -162,6 +184,7 @@ class CheckpointCallback(Callback):
         for stray in self.folder.glob("best-step*.pt"):
             if stray.name not in self.best:  # killed before an evicted file was deleted
                 stray.unlink()
+                self.manifest.drop([stray.name])
         for tmp in self.folder.glob(".*.tmp"):
             tmp.unlink()
 

@@ -34,11 +34,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, TypeVar
 
+from tuner._environment_faults import SMALLER_BATCH
 from tuner._lifetime import children_allowed, die_with_parent
 from tuner.errors import TunerError
 from tuner.train.distributed import Ranks
 
 T = TypeVar("T")
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 #: After the first failure, how long the other ranks get to report theirs before they are killed.
 FAILURE_GRACE_S = 5.0
@@ -50,6 +53,8 @@ class RankError(TunerError):
     def __init__(self, message: str, out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.out_of_memory = out_of_memory
+        if out_of_memory:  # the machine's limit, not a bug nor a failure of the code: bad environment
+            self.exit_code = 2
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.out_of_memory))
@@ -135,10 +140,18 @@ def _rank_main(
     parent_pid: int,
     threads: int | None,
 ) -> None:
-    """A rank's process: join the group, run ``target``, report how it went, exit."""
+    """A rank's process: join the group, run ``target``, report how it went, exit.
+
+    Stop signals were blocked when it started (``_held_stop_signals``): its own handlers come
+    first, then the ones held back are delivered. A SIGTERM before training starts is a Ctrl-C of
+    a one-process run there (``KeyboardInterrupt``: the rank reports itself interrupted, never
+    killed); training installs its clean stop; after the work is done, one is ignored.
+    """
+    signal.signal(signal.SIGTERM, _interrupt_now)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C comes through the launcher
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     die_with_parent(signal.SIGKILL, parent_pid)
     os.setpgid(0, 0)  # out of the terminal's process group: signals come through the launcher
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(
         RANK=str(ranks.rank),
         LOCAL_RANK=str(ranks.rank),
@@ -161,6 +174,7 @@ def _rank_main(
             backend, init_method=f"file://{store}", rank=ranks.rank, world_size=ranks.world_size
         )
         result = target(ranks)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # done: nothing left to stop
         connection.send_bytes(_dumps(("done", result)))
         code = 0
     except BaseException as error:
@@ -207,27 +221,30 @@ def launch(
     processes: dict[int, multiprocessing.process.BaseProcess] = {}
     connections: dict[int, Connection] = {}
     try:
-        for rank in range(world_size):
-            reader, writer = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_rank_main,
-                args=(
-                    target,
-                    Ranks(rank, world_size),
-                    os.path.join(folder, "store"),
-                    backend,
-                    writer,
-                    os.getpid(),
-                    threads_per_rank,
-                ),
-                daemon=True,
-                name=f"tuner-rank-{rank}",
-            )
-            with children_allowed():  # a trial process is a daemon; its ranks die with it
-                process.start()
-            writer.close()
-            processes[rank], connections[rank] = process, reader
-        with _forward_stop_signals(processes):
+        with _forward_stop_signals(processes) as requested:
+            with _held_stop_signals():  # a Ctrl-C now reaches every rank once its handlers are set
+                for rank in range(world_size):
+                    if requested:  # a Ctrl-C before the first rank: none is started
+                        raise KeyboardInterrupt
+                    reader, writer = context.Pipe(duplex=False)
+                    process = context.Process(
+                        target=_rank_main,
+                        args=(
+                            target,
+                            Ranks(rank, world_size),
+                            os.path.join(folder, "store"),
+                            backend,
+                            writer,
+                            os.getpid(),
+                            threads_per_rank,
+                        ),
+                        daemon=True,
+                        name=f"tuner-rank-{rank}",
+                    )
+                    with children_allowed():  # a trial process is a daemon; its ranks die with it
+                        process.start()
+                    writer.close()
+                    processes[rank], connections[rank] = process, reader
             results, failures = _wait_for_ranks(processes, connections)
     finally:
         for process in processes.values():
@@ -241,13 +258,21 @@ def launch(
 
 
 @contextlib.contextmanager
-def _forward_stop_signals(processes: dict[int, multiprocessing.process.BaseProcess]) -> Iterator[None]:
-    """SIGINT / SIGTERM to the launcher -> SIGTERM to every rank (each one forwarded)."""
+def _forward_stop_signals(
+    processes: dict[int, multiprocessing.process.BaseProcess],
+) -> Iterator[list[int]]:
+    """SIGINT / SIGTERM to the launcher -> SIGTERM to every rank (each one forwarded); yields the
+    signals received so far.
+
+    Installed before the first rank starts: a Ctrl-C while they start is forwarded like any other,
+    never a ``KeyboardInterrupt`` in the launcher that would kill half-started ranks."""
+    requested: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield requested
         return
 
     def forward(signum: int, frame: Any) -> None:
+        requested.append(signum)
         for process in processes.values():
             if process.pid is not None and process.is_alive():
                 with contextlib.suppress(ProcessLookupError):
@@ -255,10 +280,30 @@ def _forward_stop_signals(processes: dict[int, multiprocessing.process.BaseProce
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield requested
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _held_stop_signals() -> Iterator[None]:
+    """Hold SIGINT / SIGTERM back while ranks start: a forked rank would otherwise run the
+    launcher's handler, or die of SIGTERM's default action, before its own handler is set. The
+    ranks inherit the mask and unblock after setting theirs; here the held ones are forwarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _interrupt_now(signum: int, frame: Any) -> None:
+    """A rank's stop before (or between) the trainer's own handler: an interrupt, reported as one."""
+    raise KeyboardInterrupt
 
 
 def _wait_for_ranks(
@@ -318,6 +363,8 @@ def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
         error = failure.error
     else:
         text = failure.text if rank == 0 else f"rank {rank}: {failure.text}"
+        if failure.out_of_memory:
+            text = f"out of memory in {text}; {SMALLER_BATCH}"
         error = RankError(text, out_of_memory=failure.out_of_memory)
     error.rank_tracebacks = "".join(  # type: ignore[attr-defined]
         f"--- rank {r} ---\n" + (f.traceback if isinstance(f, RankFailure) else f"{f}\n")

@@ -9,14 +9,14 @@ import shutil
 import signal
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from rich.console import Console
+from rich.markup import escape
 
 from tuner._atomic import atomic_write_text
 from tuner._streams import PipeSafeConsole
@@ -24,10 +24,9 @@ from tuner.errors import TunerError, UsageError, WorkloadCodeError, WorkloadErro
 from tuner.output import shown_path
 from tuner.spec import StudySpec
 from tuner.train.build import build_workload
-from tuner.train.checkpoints import LATEST, CheckpointCallback, load_checkpoint
+from tuner.train.checkpoints import LATEST, CheckpointCallback, resume_point
 from tuner.train.data import StepBatches
 from tuner.train.distributed import SINGLE, Ranks
-from tuner.train.evaluation import Evaluator, class_counts, fixed_sample
 from tuner.train.events import Callback, StopReason
 from tuner.train.launch import launch
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
@@ -37,10 +36,17 @@ from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
 from tuner.train.proxy import proxy_split
 from tuner.train.rng import derive_seed, seed_torch, trial_seeds
-from tuner.train.run_folder import locked_run_dir, prepare_run_dir, write_status
+from tuner.train.run_folder import UNFINISHED, locked_run_dir, prepare_run_dir, read_status, write_status
+from tuner.train.run_parts import (
+    build_evaluator,
+    cross_entropy_per_item,
+    ddp_model,
+    resolve_device,
+    split_class_counts,
+    stop_on_signals,
+)
 from tuner.train.schedules import build_schedule
 from tuner.train.workload_errors import blame_workload, check_dataset_targets
-from tuner.workloads import IGNORE_INDEX, Workload
 
 
 @dataclass
@@ -58,81 +64,6 @@ class RunResult:
     validation: str = "the workload's evaluation split"
 
 
-def resolve_device(choice: str) -> torch.device:
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise UsageError("training.device is 'cuda' but no CUDA device is visible")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
-
-
-def cross_entropy_per_item(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Default loss: one cross-entropy per target item; padding (``IGNORE_INDEX``) gives 0."""
-    if logits.dim() == 2:  # no reshape views: each costs a forward and a backward node per step
-        return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
-    losses = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none"
-    )
-    return losses.reshape(targets.shape)
-
-
-def build_evaluator(
-    workload: Workload, spec: StudySpec, device: torch.device, ranks: Ranks = SINGLE
-) -> Evaluator:
-    training = spec.training
-    splits = {"val": workload.eval_data, "train": workload.train_data}
-    subsets = {}
-    train_size = len(workload.train_data)  # type: ignore[arg-type]
-    if training.train_eval_examples is not None and training.train_eval_examples < train_size:
-        subsets["train"] = fixed_sample(
-            train_size, training.train_eval_examples, derive_seed(spec.seed, "train-eval")
-        )
-    samples = fixed_sample(
-        len(workload.eval_data),
-        training.prediction_samples,  # type: ignore[arg-type]
-        derive_seed(spec.seed, "predictions"),
-    )
-    return Evaluator(
-        splits,
-        loss_fn=workload.loss_fn or cross_entropy_per_item,
-        metrics=workload.metrics,
-        num_classes=workload.num_classes,
-        batch_size=training.resolved_eval_batch_size,
-        device=device,
-        subsets=subsets,
-        prediction_indices=samples,
-        ranks=ranks,
-    )
-
-
-@contextlib.contextmanager
-def stop_on_signals(
-    trainer: Trainer, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
-) -> Iterator[None]:
-    """Ctrl-C / SIGTERM (preemption) stop at the next step boundary with a checkpoint.
-
-    A second one (Ctrl-C or SIGTERM) raises ``KeyboardInterrupt`` at once, for a user who really
-    wants out: the run stays resumable from its last checkpoint (every file is written atomically).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            raise KeyboardInterrupt
-        trainer.request_stop(StopReason.INTERRUPTED)
-
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def run_training(
     spec: StudySpec,
     run_dir: Path,
@@ -147,7 +78,8 @@ def run_training(
     lock_wait_s: float = 0.0,
     start_method: str = "spawn",
 ) -> RunResult:
-    """Train ``spec`` in ``run_dir``, resuming from its ``latest.pt`` if there is one.
+    """Train ``spec`` in ``run_dir``, resuming from its newest checkpoint that verifies (its
+    ``latest.pt``, else a best one: ``checkpoints.resume_point``) if there is one.
 
     ``stop_signals`` stop the run cleanly (checkpoint, status ``interrupted``); ``lock_wait_s``
     is how long to wait for a dying process that still holds the run folder.
@@ -190,12 +122,14 @@ def run_training(
             said = blamed or error
             # tuner's own errors (a data worker's WorkloadCodeError, another rank's) say what they are
             message = str(said) if isinstance(said, TunerError) else f"{type(error).__name__}: {error}"
-            write_status(
-                run_dir,
-                durable=training.fsync_checkpoints,
-                status="interrupted" if interrupted else "failed",
-                message="" if interrupted else message,
-            )
+            # a Ctrl-C that lands after the run ended (its status written) changes nothing on disk
+            if not (interrupted and read_status(run_dir).get("status") not in (None, *UNFINISHED)):
+                write_status(
+                    run_dir,
+                    durable=training.fsync_checkpoints,
+                    status="interrupted" if interrupted else "failed",
+                    message="" if interrupted else message,
+                )
             if isinstance(error, WorkloadCodeError):
                 error.log_path = shown_path(str(run_dir / "error.log"))
             if blamed is not None:
@@ -308,7 +242,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         )
     # status.json's, so rank 0's alone
     per_class = "per_class" in workload.metrics and ranks.is_main
-    split_classes = _split_class_counts(workload, evaluator) if per_class else None
+    split_classes = split_class_counts(workload, evaluator) if per_class else None
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
     callbacks: list[Callback] = [tracker]
     if ranks.is_main:  # one writer: the files, the progress and the caller's callbacks are rank 0's
@@ -357,16 +291,21 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         augment=workload.augment if training.augment else None,
         num_classes=workload.num_classes,
         ranks=ranks,
-        train_model=_ddp(model, device, training.sync_batch_norm) if ranks.distributed else None,
+        train_model=ddp_model(model, device, training.sync_batch_norm) if ranks.distributed else None,
     )
-    latest = run_dir / "checkpoints" / LATEST
-    if latest.exists():
-        # map to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
-        trainer.load_state_dict(load_checkpoint(latest, map_location="cpu"))
+    # loaded to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
+    resumable = resume_point(run_dir / "checkpoints")
+    if ranks.is_main:
+        for note in resumable.notes():  # a damaged checkpoint is skipped, and the user told which
+            (console or PipeSafeConsole(stderr=True)).print(escape(note))
+    if resumable.state is not None:
+        trainer.load_state_dict(resumable.state)
     resumed_from = trainer.step
     # closing: the data workers end with the run, whether it completes, stops or raises
     with stop_on_signals(trainer, stop_signals), contextlib.closing(trainer.batches):
         reason = trainer.fit()
+    if ranks.distributed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a rank's run has ended: nothing left to stop
     status = reason.value if isinstance(reason, StopReason) else str(reason)
     if not ranks.is_main:
         return RunResult(run_dir, status, trainer.stop_message, trainer.step, training.max_train_steps,
@@ -400,42 +339,3 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         dict(trainer.last_eval),
         validation,
     )
-
-
-def _ddp(model: torch.nn.Module, device: torch.device, sync_batch_norm: bool) -> torch.nn.Module:
-    """The ``DistributedDataParallel`` wrapper the training forward goes through.
-
-    ``forward_sync_buffers=False``: DDP would otherwise copy rank 0's batch-norm statistics over
-    every rank's at each forward, and the other ranks' data would never count; the engine
-    averages them before every eval and checkpoint instead (``average_batch_norm_stats``).
-    The wrapper shares the model's parameters (it is built after the initial weights, which are
-    the same on every rank, and it broadcasts rank 0's once more to be sure).
-    """
-    from torch.nn.parallel import DistributedDataParallel
-
-    if sync_batch_norm:
-        # batch norms become SyncBatchNorm (same parameters and buffers), ghost ones stay per device
-        from tuner.workloads import convert_sync_batch_norm
-
-        model = convert_sync_batch_norm(model)
-    return DistributedDataParallel(
-        model, device_ids=[device.index or 0] if device.type == "cuda" else None, forward_sync_buffers=False
-    )
-
-
-def _split_class_counts(workload: Workload, evaluator: Evaluator) -> dict[str, list[int]]:
-    """Examples per class of each evaluated split, for imbalanced data (``status.json``'s
-    ``class_counts``): ``val`` (what validation used), ``train`` (the whole training split) and,
-    when the train split is scored on a sample (``train_eval_examples``), ``train_eval_sample``."""
-    counts: dict[str, list[int]] = {}
-    for name, dataset, indices in (
-        ("val", workload.eval_data, None),
-        ("train", workload.train_data, None),
-        ("train_eval_sample", workload.train_data, evaluator.subsets.get("train")),
-    ):
-        if name == "train_eval_sample" and indices is None:
-            continue
-        found = class_counts(dataset, workload.num_classes, indices)
-        if found is not None:
-            counts[name] = found
-    return counts

@@ -5,6 +5,7 @@
   config.yaml      the resolved study (overrides applied)     status.json   state, best value/step
   metrics.csv      one row per logged step                    predictions.csv  sampled examples
   checkpoints/     latest.pt, best-stepXXXXXXXX.pt, index.json tensorboard/   event files
+                   checksums.json (sha256s)
   command.txt      the command that reproduces the run        error.log     on a crash only
 ```
 """
