@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
+from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -111,6 +112,8 @@ def open_storage(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
             f"see empty: give a file, sqlite:///PATH, or postgresql://USER@HOST/DB"
         )
+    if parsed.sqlite_file is not None:
+        check_sqlite_file(parsed.sqlite_file)
     url = parsed.url
     for attempt in range(OPEN_ATTEMPTS):
         try:
@@ -133,6 +136,8 @@ def open_storage(
                 note_retry(error)
                 time.sleep(0.5 * 2**attempt)  # a connection dropped while opening (a failover)
                 continue
+            if parsed.sqlite_file is not None and damage_of(error):
+                raise DamagedStorageError(parsed.sqlite_file.resolve(), str(damage_of(error))) from None
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
     raise AssertionError("unreachable")
