@@ -92,6 +92,7 @@ class _State:
     since: float | None = None  # time.time() of the current outage's first failure
     started: float | None = None  # the same, time.monotonic()
     recovered_at: float | None = None  # time.monotonic() the last outage ended
+    lasted: float = 0.0  # seconds the last outage lasted
 
 
 _state = _State()
@@ -120,15 +121,20 @@ def note_reachable() -> None:
             return
         lasted = time.monotonic() - _state.started
         _state.since = _state.started = None
-        _state.recovered_at = time.monotonic()
+        _state.recovered_at, _state.lasted = time.monotonic(), lasted
     _say(f"storage reachable again after {lasted:.0f} s")
 
 
-def recovered_within(seconds: float) -> bool:
-    """Whether an outage ended less than ``seconds`` ago (or is going on)."""
+def recovered_within(seconds: float, *, longer_than: float) -> bool:
+    """Whether an outage of more than ``longer_than`` s ended less than ``seconds`` ago (or one is
+    going on). A short drop (a killed connection, retried in a second) does not count."""
     if _state.started is not None:
         return True
-    return _state.recovered_at is not None and time.monotonic() - _state.recovered_at < seconds
+    return (
+        _state.recovered_at is not None
+        and _state.lasted > longer_than
+        and time.monotonic() - _state.recovered_at < seconds
+    )
 
 
 def wait(seconds: float) -> None:

@@ -115,13 +115,15 @@ class Worker:
         budget runs out, or a signal."""
         trials_run = 0
         next_stale_check = 0.0
+        grace = heartbeat_settings()[1]
         with self.signals:
             while not self.signals.count:
                 attrs = with_retries(lambda: self.study.user_attrs)
                 settings = PhaseSettings.from_attrs(attrs)
                 # trials go stale in grace periods, not ms; and none looks stale just after an outage
-                # that kept every worker from beating: they get a grace period to beat again
-                if time.monotonic() >= next_stale_check and not recovered_within(heartbeat_settings()[1]):
+                # long enough to have kept every worker from beating: they get a grace to beat again
+                after_outage = recovered_within(grace, longer_than=grace / 2)
+                if time.monotonic() >= next_stale_check and not after_outage:
                     with_retries(fail_stale_trials, self.storage, self.study, settings)
                     next_stale_check = time.monotonic() + self.heartbeat_s
                 claimed = self.claimer.claim(settings, window_started_at(attrs))
