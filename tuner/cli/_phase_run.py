@@ -180,7 +180,7 @@ def run_phase(
         warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
     crashed = report_workers(codes, started.folder)
     try:
-        final = watcher.snapshot()  # each read retried (about 16 s) before it gives up
+        final = watcher.snapshot()  # each read waits out an outage ($TUNER_STORAGE_OUTAGE_S)
     except Exception as error:
         first = (str(error).strip().splitlines() or [""])[0][:200]
         error_line(

@@ -2,10 +2,11 @@
 
 A trial is declared dead (``killed``, retried elsewhere) when its heartbeat is older than the
 grace period. Beats therefore must not wait behind anything the worker does: a storage call
-stuck in ``with_retries``' backoff (~16 s), recording an outcome, or joining a child that is
-stopping. The thread retries a failed beat at once, a few times, then at the next interval; the
-grace (``GRACE_HEARTBEATS`` intervals, 60 s by default) is far longer than the backoff, so a
-storage hiccup never makes a live trial look dead.
+stuck in ``with_retries`` (waiting out an outage: up to ``$TUNER_STORAGE_OUTAGE_S``, 120 s),
+recording an outcome, or joining a child that is stopping. The thread retries a failed beat at
+once, a few times, then at the next interval. An outage can outlast the grace (``GRACE_HEARTBEATS``
+intervals, 60 s by default) since no worker can beat during it: so no worker looks for stale
+trials until a grace has passed after an outage it met (``outage.recovered_within``).
 
 Each beat also reads the trial's state: if another worker finished it (it declared us dead
 while we were cut off from the storage), ``ended_elsewhere`` is set and the supervisor kills

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
+from tuner.orchestrate import outage
+from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -90,9 +92,18 @@ def _prepare_sqlite(path: Path) -> None:
 
 
 def open_storage(
-    url: str, *, heartbeat_interval_s: int | None = None, grace_period_s: int | None = None, **callbacks: Any
+    url: str,
+    *,
+    heartbeat_interval_s: int | None = None,
+    grace_period_s: int | None = None,
+    wait_out_outage: bool = False,
+    **callbacks: Any,
 ) -> Any:
     """An ``optuna.storages.RDBStorage`` for ``url``; connection errors become one redacted line.
+
+    A server that refuses connections is said at once (a wrong host or port, typed by a user who
+    waits for the answer), unless ``wait_out_outage``: a worker, which starts while the server may
+    be restarting, waits it out as it would mid-phase (``outage.py``).
 
     Side effect: Optuna's own log lines ("A new study created…") and its experimental-feature
     warnings (heartbeats) are silenced: our commands say what happens in their own words.
@@ -111,8 +122,12 @@ def open_storage(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
             f"see empty: give a file, sqlite:///PATH, or postgresql://USER@HOST/DB"
         )
+    if parsed.sqlite_file is not None:
+        check_sqlite_file(parsed.sqlite_file)
     url = parsed.url
-    for attempt in range(OPEN_ATTEMPTS):
+    attempt = -1
+    while True:
+        attempt += 1
         try:
             with _creation_lock(url):
                 storage = optuna.storages.RDBStorage(
@@ -124,8 +139,17 @@ def open_storage(
                 )
             if parse_storage_url(url).backend is Backend.SQLITE:
                 _commit_without_fsync(storage.engine)
+            if wait_out_outage:
+                outage.note_reachable()
             return storage
         except (SQLAlchemyError, sqlite3.Error, ImportError, ValueError) as error:
+            if wait_out_outage and outage.is_outage(error):
+                lasted = outage.note_unreachable(error)
+                if lasted >= outage.outage_window_s():
+                    raise outage.give_up(error, lasted) from None
+                note_retry(error)
+                outage.wait(min(0.5 * 2**attempt, outage.MAX_WAIT_S))
+                continue
             if attempt < 2 and (isinstance(error, IntegrityError) or "already exists" in str(error)):
                 time.sleep(0.5)  # two processes (machines) created the schema at once: it exists now
                 continue
@@ -133,9 +157,10 @@ def open_storage(
                 note_retry(error)
                 time.sleep(0.5 * 2**attempt)  # a connection dropped while opening (a failover)
                 continue
+            if parsed.sqlite_file is not None and damage_of(error):
+                raise DamagedStorageError(parsed.sqlite_file.resolve(), str(damage_of(error))) from None
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
-    raise AssertionError("unreachable")
 
 
 def _commit_without_fsync(engine: Any) -> None:
@@ -212,26 +237,49 @@ def note_retry(error: BaseException) -> None:
             handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
 
 
-def with_retries(call: Any, *args: Any, attempts: int = 6, first_wait_s: float = 0.25, **kwargs: Any) -> Any:
-    """Run a storage call, retrying transient errors (a dropped connection, a failover).
+def with_retries(
+    call: Any, *args: Any, attempts: int | None = None, first_wait_s: float = 0.25, **kwargs: Any
+) -> Any:
+    """Run a storage call, retrying transient errors; each retry is counted in ``retries`` (and
+    logged to ``$TUNER_STORAGE_RETRY_LOG``): an error swallowed here must still be visible to a
+    test that says it never happens.
 
-    Optuna reports them as ``StorageInternalError``; waits double from ``first_wait_s``
-    (``BACKOFF_S``, about 16 s in all by default) before the error is let through. Each retry is
-    counted in ``retries`` (and logged to ``$TUNER_STORAGE_RETRY_LOG``): an error swallowed here
-    must still be visible to a test that says it never happens.
+    An unreachable server (refused or dropped connections: a restart, a failover) is waited out
+    (``outage.py``): tried again, waits doubling from ``first_wait_s`` up to 5 s, until it answers
+    or ``$TUNER_STORAGE_OUTAGE_S`` (120 s) have passed since the outage began; then
+    ``StorageUnreachableError``, one line, exit 2. Any other transient error (Optuna's
+    ``StorageInternalError``, SQLite's ``OperationalError``) is tried ``DEFAULT_ATTEMPTS`` times
+    (``BACKOFF_S``, 7.75 s of waits). ``attempts`` given: that many tries whatever the error, and
+    no outage is announced (the live view, which must not block).
     """
     from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import OperationalError
 
-    for attempt in range(attempts):
+    from tuner.orchestrate import outage
+
+    tries = 0
+    while True:
         try:
-            return call(*args, **kwargs)
+            result = call(*args, **kwargs)
         except (StorageInternalError, OperationalError) as error:
-            if attempt == attempts - 1:
+            tries += 1
+            wait_s = min(first_wait_s * 2 ** (tries - 1), outage.MAX_WAIT_S)
+            if attempts is None and outage.is_outage(error):
+                lasted = outage.note_unreachable(error)
+                if lasted >= outage.outage_window_s():
+                    raise outage.give_up(error, lasted) from None
+                note_retry(error)
+                outage.wait(wait_s)
+                continue
+            if tries >= (attempts or DEFAULT_ATTEMPTS):
                 raise
             note_retry(error)
-            time.sleep(first_wait_s * 2**attempt)
-    raise AssertionError("unreachable")
+            time.sleep(wait_s)
+            continue
+        if attempts is None:
+            outage.note_reachable()
+        return result
 
 
-BACKOFF_S = sum(0.25 * 2**attempt for attempt in range(5))  # with_retries' default total wait
+DEFAULT_ATTEMPTS = 6
+BACKOFF_S = sum(0.25 * 2**attempt for attempt in range(DEFAULT_ATTEMPTS - 1))  # 7.75 s

@@ -19,8 +19,9 @@ from datetime import datetime
 from typing import Any
 
 from tuner.errors import UsageError
+from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage import _scrub, redact_url
-from tuner.orchestrate.storage_url import Backend, parse_storage_url
+from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
 
 PHASE_SEPARATOR = "/"
 
@@ -96,6 +97,7 @@ class StorageReader:
             with self.engine.connect() as connection:
                 yield connection
         except SQLAlchemyError as error:
+            _raise_if_damaged(self.url, error)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot read storage {self.shown_url}: {_scrub(first, self.url)}") from None
 
@@ -200,17 +202,27 @@ def open_reader(url: str) -> StorageReader:
             f"no study storage at {parsed.sqlite_file or url}: nothing has run there "
             "(check --output-dir / --storage)"
         )
+    if parsed.sqlite_file is not None:
+        check_sqlite_file(parsed.sqlite_file)
     try:
         engine = create_engine(normalised, **_read_engine_kwargs(normalised))
         with engine.connect() as connection:
             known = adapter.schema_known(connection)
     except (SQLAlchemyError, ImportError, ValueError) as error:
+        _raise_if_damaged(url, error)
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UsageError(f"cannot read storage {redact_url(url)}: {_scrub(first, url)}") from None
     if known is None:
         engine.dispose()
         raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")
     return StorageReader(url, engine, fast=known)
+
+
+def _raise_if_damaged(url: str, error: BaseException) -> None:
+    """A page found damaged while reading (after the check at open: a disk failing now)."""
+    database = sqlite_file(url)
+    if database is not None and damage_of(error):
+        raise DamagedStorageError(database.resolve(), str(damage_of(error))) from None
 
 
 def _read_engine_kwargs(url: str) -> Mapping[str, Any]:

@@ -32,6 +32,7 @@ from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
 from tuner.orchestrate.failures import FailureReason, fail_stale_trials, save_error_log
 from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
+from tuner.orchestrate.outage import recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
 from tuner.orchestrate.search_space import Param, distributions, to_config_values
@@ -89,7 +90,7 @@ def _suggest(trial: Any, name: str, distribution: Any) -> Any:
 def open_worker_storage(url: str) -> Any:
     """The storage as workers open it: with heartbeats, so dead workers' trials go stale."""
     interval, grace = heartbeat_settings()
-    return open_storage(url, heartbeat_interval_s=interval, grace_period_s=grace)
+    return open_storage(url, heartbeat_interval_s=interval, grace_period_s=grace, wait_out_outage=True)
 
 
 class Worker:
@@ -115,11 +116,15 @@ class Worker:
         budget runs out, or a signal."""
         trials_run = 0
         next_stale_check = 0.0
+        grace = heartbeat_settings()[1]
         with self.signals:
             while not self.signals.count:
                 attrs = with_retries(lambda: self.study.user_attrs)
                 settings = PhaseSettings.from_attrs(attrs)
-                if time.monotonic() >= next_stale_check:  # trials go stale in grace periods, not ms
+                # trials go stale in grace periods, not ms; and none looks stale just after an outage
+                # long enough to have kept every worker from beating: they get a grace to beat again
+                after_outage = recovered_within(grace, longer_than=grace / 2)
+                if time.monotonic() >= next_stale_check and not after_outage:
                     with_retries(fail_stale_trials, self.storage, self.study, settings)
                     next_stale_check = time.monotonic() + self.heartbeat_s
                 claimed = self.claimer.claim(settings, window_started_at(attrs))
