@@ -166,6 +166,44 @@ def _start_phase(
     return optuna_study
 
 
+@dataclass(frozen=True)
+class AttrSwap:
+    """What :func:`compare_and_set_attr` found: the value held now, and whether this call set it."""
+
+    held: Any
+    swapped: bool
+
+
+def compare_and_set_attr(
+    storage: Any, study: str, phase: str, key: str, new: Any, *, expected: Any, direction: str
+) -> AttrSwap:
+    """Set the phase's attribute ``key`` to ``new`` only if it holds ``expected`` (None: absent),
+    under the phase lock; say what it holds afterwards and whether this call wrote it.
+
+    Creating a phase reads what is stored, builds what to store, then writes: two commands doing
+    that at once would both write, and the last would win silently. Here the check and the write
+    are one step; a caller that gets back something other than ``new`` lost the race and uses
+    (or refuses) the winner's value. Creates the phase's Optuna study when it does not exist yet.
+    """
+    import optuna
+
+    from tuner.orchestrate.storage import with_retries
+
+    def attempt() -> AttrSwap:
+        name = optuna_study_name(study, phase)
+        optuna_study = optuna.create_study(
+            study_name=name, storage=storage, direction=direction, load_if_exists=True
+        )
+        with phase_lock(storage, name):
+            current = optuna_study.user_attrs.get(key)
+            if current != expected:
+                return AttrSwap(current, swapped=False)
+            optuna_study.set_user_attr(key, new)
+            return AttrSwap(new, swapped=True)
+
+    return with_retries(attempt)
+
+
 def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> Any:
     """The running phase ``<study>/<phase>``; a one-line error if nobody started it."""
     import optuna

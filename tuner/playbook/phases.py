@@ -366,12 +366,14 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
     if stored is not None:
         check_against_plan(loaded, stored, name)
         if prepared.extend:
-            stored = build_plan(loaded, phase, storage, extend_from=stored)
+            longer = build_plan(loaded, phase, storage, extend_from=stored)
+            stored = _store_plan(loaded, longer, existing[PLAN_ATTR], storage)
     else:
         if prepared.extend:
             raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
-        stored = build_plan(loaded, phase, storage)
-        prepared.created = True
+        proposed = build_plan(loaded, phase, storage)
+        stored = _store_plan(loaded, proposed, None, storage)
+        prepared.created = stored is proposed
     plan = phase_plan(loaded, stored, prepared.output_dir)
     settings = plan.settings(**prepared.budget_overrides)
     prepared.plan, prepared.settings = plan, settings
@@ -382,13 +384,36 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
         settings,
         direction=spec.objective.direction,
         sampler=plan.sampler(),
-        extra_attrs={
-            PLAN_ATTR: stored.to_attr(),
+        extra_attrs={  # the plan is not among them: _store_plan stored it, compare-and-set
             "tuner:study_file": str(loaded.path.resolve()),
             "tuner:trial_steps": stored.trial_steps,
         },
     )
     return prepared
+
+
+def _store_plan(loaded: LoadedStudy, proposed: StoredPlan, seen: str | None, storage: Any) -> StoredPlan:
+    """Store ``proposed`` if the phase still holds the plan text ``seen`` (None: no plan, as read
+    before building ``proposed``); else another command
+    stored its plan first, and this one uses that plan if its study file matches it (a clear
+    refusal naming the fields otherwise). Returns ``proposed`` itself only when it was stored."""
+    from tuner.orchestrate import compare_and_set_attr, optuna_study_name
+
+    spec = loaded.spec
+    swap = compare_and_set_attr(
+        storage,
+        spec.name,
+        proposed.phase,
+        PLAN_ATTR,
+        proposed.to_attr(),
+        expected=seen,
+        direction=spec.objective.direction,
+    )
+    if swap.swapped:
+        return proposed
+    winner = StoredPlan.from_attr(swap.held)
+    check_against_plan(loaded, winner, optuna_study_name(spec.name, proposed.phase))
+    return winner
 
 
 def _existing_attrs(storage: Any, name: str) -> dict[str, Any] | None:
