@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tests.orchestrate_tests.conftest import load_phase, sqlite_url, start_tuner, toy_study
+from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner, toy_study
 from tests.playbook_tests.test_rounds import _add
 from tuner.orchestrate.locks import sqlite_lock_path
 from tuner.playbook import start_round
@@ -66,3 +66,17 @@ def test_two_commands_racing_to_create_round_2_agree_on_one_plan(tmp_path: Path)
     stored = load_plan(phase.user_attrs)
     assert stored is not None and len(stored.slots) == 1
     assert len({t.user_attrs["slot"] for t in phase.trials}) == 1
+
+
+def test_a_refused_round_2_before_round_1_leaves_nothing_behind(tmp_path: Path) -> None:
+    path = toy_study(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["rounds"]["round2"] = {"top_k": 1}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    output_dir = tmp_path / "runs"
+    refused = run_tuner("run-round", str(path), "--round", "2", "--output-dir", str(output_dir))
+    assert refused.returncode == 2
+    assert "round-1 has not run in this storage" in refused.stderr
+    assert [p for p in output_dir.rglob("*") if p.is_file()] == []
+    listed = run_tuner("list", "--output-dir", str(output_dir))  # no damaged study: just none yet
+    assert listed.returncode == 2 and "no study storage under" in listed.stderr

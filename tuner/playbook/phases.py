@@ -359,8 +359,9 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
 
     loaded, phase = prepared.loaded, prepared.phase
     spec = loaded.spec
-    storage = open_storage(prepared.storage_url)
     name = optuna_study_name(spec.name, phase)
+    early = _plan_before_the_database(prepared, name)
+    storage = open_storage(prepared.storage_url)
     existing = with_retries(_existing_attrs, storage, name)
     stored = load_plan(existing) if existing is not None else None
     if stored is not None:
@@ -371,7 +372,7 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
     else:
         if prepared.extend:
             raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
-        proposed = build_plan(loaded, phase, storage)
+        proposed = early or build_plan(loaded, phase, storage)
         stored = _store_plan(loaded, proposed, None, storage)
         prepared.created = stored is proposed
     plan = phase_plan(loaded, stored, prepared.output_dir)
@@ -390,6 +391,22 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
         },
     )
     return prepared
+
+
+def _plan_before_the_database(prepared: StartedPhase, name: str) -> StoredPlan | None:
+    """The plan built against an empty storage, when the SQLite file does not exist yet (None
+    otherwise): a refusal (round 2 before round 1, ``--extend`` before the sweep) then comes
+    before the file is created, and leaves no empty ``study.db`` for ``report`` and ``list`` to
+    stumble over."""
+    import optuna
+
+    from tuner.playbook.study_results import open_existing_storage
+
+    if open_existing_storage(prepared.storage_url) is not None:
+        return None
+    if prepared.extend:
+        raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
+    return build_plan(prepared.loaded, prepared.phase, optuna.storages.InMemoryStorage())
 
 
 def _store_plan(loaded: LoadedStudy, proposed: StoredPlan, seen: str | None, storage: Any) -> StoredPlan:
