@@ -17,7 +17,7 @@ from tuner.errors import UsageError
 from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_plan
 
 if TYPE_CHECKING:
-    from tuner.playbook.phases import ProductionLength
+    from tuner.playbook.trial_lengths import ProductionLength
     from tuner.spec import LoadedStudy, RoundSpec, StudySpec
 
 LR_PATH = ("training", "optimizer", "lr")
@@ -27,7 +27,7 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     """Round ``number``'s trial length: ``steps`` / ``length_fraction`` if given; else the last
     round whose length is open runs at the production length and the open ones before it grow
     geometrically towards it (the playbook's "more rounds with exponentially increasing lengths")."""
-    from tuner.playbook.phases import round_steps
+    from tuner.playbook.trial_lengths import round_steps
 
     round_spec = spec.rounds.get(number)
     assert round_spec is not None
@@ -147,7 +147,7 @@ def later_round_plan(
 
     from tuner.orchestrate import optuna_study_name, with_retries
     from tuner.playbook.config_check import refuse_changed_study
-    from tuner.playbook.phases import round_phase
+    from tuner.playbook.phase_names import round_phase
     from tuner.playbook.schedule_extension import extend_schedule
     from tuner.spec import ScheduleSegment, key_to_path
     from tuner.train.schedules import build_schedule

@@ -10,7 +10,6 @@ against it. Plans of each kind are built in ``round1.py``, ``later_rounds.py`` a
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,24 +19,28 @@ from typing import Any
 from tuner.errors import UsageError
 from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
 from tuner.playbook.config_check import refuse_changed_study
+from tuner.playbook.phase_names import SWEEP_PHASE, known_phases, round_number, round_phase
 from tuner.playbook.plan import PLAN_ATTR, StoredPlan, load_plan
-from tuner.spec import LoadedStudy, RoundSpec, StudySpec, key_to_path
+from tuner.playbook.trial_lengths import (
+    ProductionLength,
+    check_schedule_fits,
+    production_length,
+    round_steps,
+)
+from tuner.spec import LoadedStudy, RoundSpec, key_to_path
 
-SWEEP_PHASE = "sweep-lr"
-
-
-def round_phase(number: int) -> str:
-    return f"round-{number}"
-
-
-def round_number(phase: str) -> int | None:
-    """``round-2`` -> 2; None for another phase."""
-    head, _, tail = phase.partition("-")
-    return int(tail) if head == "round" and tail.isdigit() and int(tail) >= 1 else None
-
-
-def known_phases(spec: StudySpec) -> list[str]:
-    return [SWEEP_PHASE, *(round_phase(n) for n in spec.rounds.numbers)]
+#: Names that moved down into ``phase_names`` / ``trial_lengths`` (which the plan builders import
+#: without importing this module); still importable from here.
+__all__ = [
+    "SWEEP_PHASE",
+    "ProductionLength",
+    "check_schedule_fits",
+    "known_phases",
+    "production_length",
+    "round_number",
+    "round_phase",
+    "round_steps",
+]
 
 
 @dataclass
@@ -178,62 +181,6 @@ def refuse_searched_overrides(loaded: LoadedStudy) -> None:
                 )
 
 
-@dataclass(frozen=True)
-class ProductionLength:
-    """``max_train_steps`` of a full-length run, and where the value comes from."""
-
-    steps: int | None
-    source: str  # "the study file", "tuner sweep-lr", or "" when unknown
-
-    def describe(self) -> str:
-        return f"{self.steps} (from {self.source})" if self.steps is not None else "not set"
-
-
-def round_steps(
-    spec: StudySpec, round_spec: RoundSpec, round_number: int, production: int | None = None
-) -> int:
-    """A round's trial length: ``steps``, else ``length_fraction`` of the production length.
-
-    ``production`` defaults to ``training.max_train_steps``; later rounds without either run at
-    the production length.
-    """
-    if round_spec.steps is not None:
-        return round_spec.steps
-    production = production if production is not None else spec.training.max_train_steps
-    if production is None:
-        raise UsageError(
-            f"rounds.round{round_number}: set steps, or set training.max_train_steps "
-            "(tuner sweep-lr finds it) so the trial length can be a fraction of it"
-        )
-    fraction = round_spec.length_fraction if round_spec.length_fraction is not None else 1.0
-    return max(1, math.ceil(production * fraction))
-
-
-def check_schedule_fits(loaded: LoadedStudy) -> None:
-    """The schedule fits ``max_train_steps`` and round 1's trials, where their lengths are known.
-
-    For ``tuner validate``: ``train`` and ``run-round`` would refuse the same at their start.
-    """
-    import contextlib
-
-    from tuner.train.schedules import build_schedule
-
-    spec = loaded.spec
-    lengths: list[tuple[int, str]] = []
-    if spec.training.max_train_steps is not None:
-        lengths.append((spec.training.max_train_steps, "training.max_train_steps"))
-    if spec.search_space:
-        with contextlib.suppress(UsageError):  # no length to check against yet
-            lengths.append((round_steps(spec, spec.rounds.round1, 1), "round 1's trials"))
-    for total, what in lengths:
-        try:
-            build_schedule(spec.training.schedule, total)
-        except ValueError as error:
-            raise loaded.error(
-                ("training", "schedule"), f"does not fit {what} of {total} steps: {error}"
-            ) from None
-
-
 @dataclass
 class StartedPhase:
     """A phase being started (``prepare_phase``) and then created (``create_phase``)."""
@@ -294,18 +241,6 @@ def prepare_phase(
     return StartedPhase(
         loaded, phase, output_dir, url, phase_dir(output_dir, spec.name, phase), overrides, extend
     )
-
-
-def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
-    """``training.max_train_steps`` from the file, else sweep-lr's recommendation in the storage."""
-    if spec.training.max_train_steps is not None:
-        return ProductionLength(spec.training.max_train_steps, "the study file")
-    from tuner.playbook.study_results import stored_recommendation
-
-    recommended = stored_recommendation(storage, spec.name) if storage is not None else None
-    if recommended is not None:
-        return ProductionLength(recommended, "tuner sweep-lr")
-    return ProductionLength(None, "")
 
 
 def build_plan(
