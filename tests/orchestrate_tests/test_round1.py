@@ -140,7 +140,7 @@ def test_a_crashed_trial_is_retried_from_its_last_checkpoint(tmp_path: Path, out
     assert "best val/error_rate" in done.stdout and "(trial 0 (retry 1))" in done.stdout
     assert "best trial   0 (retry 1): val/error_rate = " in done.stdout
     assert "trial    1" not in done.stdout + done.stderr
-    assert "1 trial of 40 steps (quasi-random), 1 worker (cpu0)" in done.stderr
+    assert re.search(r"1 trial of 40 steps \(quasi-random\), 1 worker \(cpu0@\S+:\d+\)", done.stderr)
 
 
 def test_a_phase_where_every_trial_diverges_completes_without_spending_the_failure_budget(
@@ -235,9 +235,10 @@ def test_a_worker_that_crashes_is_reported_as_crashed_with_exit_70(tmp_path: Pat
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
     )
     assert done.returncode == 70, done.stdout + done.stderr
-    log = output_dir / "toy" / "round-1" / ".workers" / "cpu0.log"
-    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: worker cpu0")]
-    assert line.startswith("error: worker cpu0 crashed: internal error (ValueError): invalid literal"), line
+    (log,) = (output_dir / "toy" / "round-1" / ".workers").glob("cpu0@*.log")  # cpu0@host:pid
+    label = log.stem
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith(f"error: worker {label}")]
+    assert line.startswith(f"error: worker {label} crashed: internal error (ValueError): invalid"), line
     assert line.endswith(f"; its log: {log}"), line
     assert "internal error (ValueError)" in log.read_text()
     assert "Traceback" not in done.stderr

@@ -14,6 +14,7 @@ _EXPORTS = {
     "count_trials": "tuner.orchestrate.budget",
     "decide": "tuner.orchestrate.budget",
     "PhaseSettings": "tuner.orchestrate.phase",
+    "compare_and_set_attr": "tuner.orchestrate.phase",
     "open_phase": "tuner.orchestrate.phase",
     "optuna_study_name": "tuner.orchestrate.phase",
     "start_phase": "tuner.orchestrate.phase",

@@ -8,20 +8,21 @@ A diverged trial (NaN/inf loss) is information about the search space, not a fai
 machinery: it fills its slot, is never retried nor best, and spends none of the failure budget.
 
 Two budgets stop a phase before its trial budget is met, both read from the storage: a wall
-time (``timeout_h``, from the run window's start) and ``stop_after_no_improvement`` completed
-trials without a new best. They only stop *new* trials: running ones finish.
+time (``timeout_h``, from the run window's start, both on the storage's clock) and
+``stop_after_no_improvement`` completed trials without a new best (in trial-number order). No
+machine's own clock decides either. They only stop *new* trials: running ones finish.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tuner import _clock
 from tuner.orchestrate.phase import PhaseSettings
 
 FAILURE_WARNING_RATE = 0.2
@@ -42,7 +43,7 @@ class PhaseCounts:
     best_value: float | None = None
     best_number: int | None = None
     best_slot: int | None = None
-    since_best: int = 0  # trials completed (finite value, by completion time) after the best one
+    since_best: int = 0  # trials completed (finite value) numbered after the best one
 
     @property
     def finished(self) -> int:
@@ -66,10 +67,14 @@ def _better(value: float, than: float | None, direction: str) -> bool:
 
 
 def _since_best(finite: list[Any], direction: str) -> int:
-    """How many of the finite completed trials, in completion order, came after the last new best."""
+    """How many of the finite completed trials, in trial order, came after the last new best.
+
+    Trial order, not completion time: numbers are given out by the storage under the phase lock,
+    one sequence for every worker, while ``datetime_complete`` is stamped by each worker's own
+    clock, and a machine minutes fast would reorder the trials it records."""
     best: float | None = None
     since = 0
-    ordered = sorted(finite, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
+    ordered = sorted(finite, key=lambda t: t.number)
     for trial in ordered:
         if _better(trial.value, best, direction):
             best, since = trial.value, 0
@@ -150,7 +155,7 @@ def early_stop(
     clock (default: now); ``metric`` names the objective in the message (default ``value``).
     """
     if settings.timeout_h is not None and window_started_at is not None:
-        elapsed_h = ((time.time() if now is None else now) - window_started_at) / 3600
+        elapsed_h = ((_clock.now() if now is None else now) - window_started_at) / 3600
         if elapsed_h >= settings.timeout_h:
             return (
                 f"stopped starting trials: the {settings.timeout_h:g} h wall-time budget "

@@ -24,7 +24,7 @@ from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.budget import DUPLICATE_ATTR, Action, Decision, count_trials, decide
 from tuner.orchestrate.failures import counted, enqueue_missing_retries
 from tuner.orchestrate.locks import LostLocks, phase_lock
-from tuner.orchestrate.phase import PhaseSettings
+from tuner.orchestrate.phase import PhaseSettings, storage_clock
 from tuner.orchestrate.storage import with_retries
 
 TOKEN_ATTR = "claim_token"
@@ -97,7 +97,8 @@ class Claimer:
         from optuna.trial import TrialState, create_trial
 
         counts = count_trials(trials, self.direction)
-        decision = decide(counts, settings, window_started_at=window_started_at)
+        now = storage_clock(self.storage) if settings.timeout_h is not None else None  # one clock
+        decision = decide(counts, settings, window_started_at=window_started_at, now=now)
         if decision.action != Action.START:
             return decision
         waiting = sorted(

@@ -7,25 +7,26 @@ a phase is therefore instant whatever its budget (enqueueing every trial up fron
 trial, during which no worker could start). A retry is a new trial for the same slot (same
 parameters, same run folder), so it never eats into the budget.
 
-Each command that (re)starts a phase opens a new *run window* (``WINDOW_ATTR``, a wall-clock
-time): ``timeout_h`` counts from it, so running the same command again continues a phase that
-ran out of time, while a ``tuner worker`` joining later shares the window it finds.
+Each command that (re)starts a phase opens a new *run window* (``WINDOW_ATTR``, a time on the
+storage's clock, see ``storage_clock``): ``timeout_h`` counts from it on that same clock, so
+running the same command again continues a phase that ran out of time, while a ``tuner worker``
+joining later shares the window it finds.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tuner import _clock
 from tuner.errors import UsageError
 from tuner.orchestrate.locks import phase_lock
 from tuner.orchestrate.stall import DEFAULT_STALL_MIN_S, DEFAULT_STALL_MULTIPLE
 
 SETTINGS_ATTR = "tuner:settings"
-WINDOW_ATTR = "tuner:window_started_at"  # time.time() when a command last (re)started the phase
+WINDOW_ATTR = "tuner:window_started_at"  # the storage's clock when a command last (re)started the phase
 DEFAULT_MAX_RETRIES = 1
 
 
@@ -101,6 +102,26 @@ class PhaseSettings:
         return f"{self.config_key}.{name}" if self.config_key else name
 
 
+def storage_clock(storage: Any) -> float:
+    """Seconds since the epoch on the storage's clock: PostgreSQL's server, or for SQLite the
+    clock of the one machine its workers share. The run window is stamped and ``timeout_h``
+    measured with it, so a worker whose own clock is minutes off still sees the same elapsed
+    time as every other (the stamp and the check come from one clock). A storage without an
+    engine (Optuna's in-memory one) has one process, whose clock it is."""
+    from sqlalchemy import text
+
+    engine = getattr(storage, "engine", None)
+    if engine is None:
+        return _clock.now()
+    query = (
+        "SELECT EXTRACT(EPOCH FROM clock_timestamp())"
+        if engine.dialect.name == "postgresql"
+        else "SELECT (julianday('now') - 2440587.5) * 86400.0"
+    )
+    with engine.connect() as connection:
+        return float(connection.execute(text(query)).scalar())
+
+
 def window_started_at(attrs: Mapping[str, Any]) -> float | None:
     """When the phase's current run window began (None: a phase started before windows existed)."""
     value = attrs.get(WINDOW_ATTR)
@@ -170,12 +191,50 @@ def _start_phase(
                 "cannot take them back (budgets can only grow)"
             )
         # the settings last: a worker waits for them, so whatever else it reads is there by then
-        optuna_study.set_user_attr(WINDOW_ATTR, time.time())
+        optuna_study.set_user_attr(WINDOW_ATTR, storage_clock(storage))
         for key, value in {**(expected_attrs or {}), **(extra_attrs or {})}.items():
             if existing.get(key) != value:
                 optuna_study.set_user_attr(key, value)
         optuna_study.set_user_attr(SETTINGS_ATTR, asdict(settings))
     return optuna_study
+
+
+@dataclass(frozen=True)
+class AttrSwap:
+    """What :func:`compare_and_set_attr` found: the value held now, and whether this call set it."""
+
+    held: Any
+    swapped: bool
+
+
+def compare_and_set_attr(
+    storage: Any, study: str, phase: str, key: str, new: Any, *, expected: Any, direction: str
+) -> AttrSwap:
+    """Set the phase's attribute ``key`` to ``new`` only if it holds ``expected`` (None: absent),
+    under the phase lock; say what it holds afterwards and whether this call wrote it.
+
+    Creating a phase reads what is stored, builds what to store, then writes: two commands doing
+    that at once would both write, and the last would win silently. Here the check and the write
+    are one step; a caller that gets back something other than ``new`` lost the race and uses
+    (or refuses) the winner's value. Creates the phase's Optuna study when it does not exist yet.
+    """
+    import optuna
+
+    from tuner.orchestrate.storage import with_retries
+
+    def attempt() -> AttrSwap:
+        name = optuna_study_name(study, phase)
+        optuna_study = optuna.create_study(
+            study_name=name, storage=storage, direction=direction, load_if_exists=True
+        )
+        with phase_lock(storage, name):
+            current = optuna_study.user_attrs.get(key)
+            if current != expected:
+                return AttrSwap(current, swapped=False)
+            optuna_study.set_user_attr(key, new)
+            return AttrSwap(new, swapped=True)
+
+    return with_retries(attempt)
 
 
 def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> Any:
@@ -184,6 +243,7 @@ def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> 
 
     from tuner.orchestrate.storage import with_retries
 
+    _clock.skew_optuna_stamps()  # a no-op unless a test sets a clock offset
     name = optuna_study_name(study, phase)
     try:
         optuna_study = with_retries(optuna.load_study, study_name=name, storage=storage, sampler=sampler)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -104,7 +105,7 @@ def local_workers(
         if not groups:
             raise UsageError(f"processes_per_trial={per} needs {per} GPUs; this machine shows {len(gpus)}")
         return [
-            LocalWorker("cuda" + "-".join(group), {"CUDA_VISIBLE_DEVICES": ",".join(group)})
+            LocalWorker(_label("cuda" + "-".join(group)), {"CUDA_VISIBLE_DEVICES": ",".join(group)})
             for group in groups
         ]
     cores = os.cpu_count() or 1
@@ -112,9 +113,19 @@ def local_workers(
     count = workers if workers is not None else min(slots, max_parallel or slots, budget)
     threads = max(1, cores // count)
     return [
-        LocalWorker(f"cpu{index}", {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}, threads)
+        LocalWorker(
+            _label(f"cpu{index}"), {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads)}, threads
+        )
         for index in range(count)
     ]
+
+
+def _label(device: str) -> str:
+    """``cpu0@host:4711``: the device first (it is what a reader tells workers apart by, and
+    what survives a narrow column), then this command's machine and pid as ``tuner worker``
+    labels itself. Two commands on one study (or one host) then never share a label, a
+    ``.workers/<label>.*`` file, or the worker recorded on a trial."""
+    return f"{device}@{socket.gethostname()}:{os.getpid()}"
 
 
 class LocalPool:

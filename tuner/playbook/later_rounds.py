@@ -20,8 +20,8 @@ from tuner.playbook.plan import SlotPlan, StoredPlan, explicit_schedule, load_pl
 from tuner.playbook.ranked_points import RankedPoint, slot_of, top_points
 
 if TYPE_CHECKING:
-    from tuner.playbook.phases import ProductionLength
     from tuner.playbook.schedule_extension import ExtendedSchedule
+    from tuner.playbook.trial_lengths import ProductionLength
     from tuner.spec import LoadedStudy, RoundSpec, StudySpec
 
 LR_PATH = ("training", "optimizer", "lr")
@@ -31,7 +31,7 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     """Round ``number``'s trial length: ``steps`` / ``length_fraction`` if given; else the last
     round whose length is open runs at the production length and the open ones before it grow
     geometrically towards it (the playbook's "more rounds with exponentially increasing lengths")."""
-    from tuner.playbook.phases import round_steps
+    from tuner.playbook.trial_lengths import round_steps
 
     round_spec = spec.rounds.get(number)
     assert round_spec is not None
@@ -156,7 +156,7 @@ def later_round_plan(
 
     from tuner.orchestrate import optuna_study_name, with_retries
     from tuner.playbook.config_check import refuse_changed_study
-    from tuner.playbook.phases import round_phase
+    from tuner.playbook.phase_names import round_phase
     from tuner.spec import key_to_path
 
     spec = loaded.spec

@@ -3,169 +3,61 @@
 The command that creates a phase (``run-round``, ``sweep-lr``) builds its plan (``plan.py``) and
 stores it in the phase; whoever serves the phase afterwards (``tuner worker`` here or on another
 machine, or the same command re-run) reads that plan back and only checks its own study file
-against it. Plans of each kind are built in ``round1.py``, ``later_rounds.py`` and
-``sweep_phase.py``.
+against it (``runnable_plan.py``). Plans of each kind are built in ``round1.py``,
+``later_rounds.py`` and ``sweep_phase.py``; creating the plan is compare-and-set, so two commands
+racing to create a phase agree on one plan.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import shlex
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
-from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
-from tuner.playbook.config_check import refuse_changed_study
+from tuner.orchestrate import PhaseSettings
+from tuner.playbook.phase_names import SWEEP_PHASE, known_phases, round_number, round_phase
 from tuner.playbook.plan import PLAN_ATTR, StoredPlan, load_plan
-from tuner.spec import LoadedStudy, RoundSpec, StudySpec, key_to_path
+from tuner.playbook.runnable_plan import (
+    PhasePlan,
+    check_against_plan,
+    load_stored_plan,
+    phase_plan,
+    reproduce_command,
+)
+from tuner.playbook.trial_lengths import (
+    ProductionLength,
+    check_schedule_fits,
+    production_length,
+    round_steps,
+)
+from tuner.spec import LoadedStudy, key_to_path
 
-SWEEP_PHASE = "sweep-lr"
-
-
-def round_phase(number: int) -> str:
-    return f"round-{number}"
-
-
-def round_number(phase: str) -> int | None:
-    """``round-2`` -> 2; None for another phase."""
-    head, _, tail = phase.partition("-")
-    return int(tail) if head == "round" and tail.isdigit() and int(tail) >= 1 else None
-
-
-def known_phases(spec: StudySpec) -> list[str]:
-    return [SWEEP_PHASE, *(round_phase(n) for n in spec.rounds.numbers)]
-
-
-@dataclass
-class PhasePlan:
-    """A stored plan, plus what this machine needs to run its trials (paths, ``--set`` texts)."""
-
-    stored: StoredPlan
-    loaded: LoadedStudy  # this machine's study file (checked against the plan)
-    output_dir: Path
-    round_spec: RoundSpec | None = None  # the budgets (they may change between runs); None: defaults
-    fit_callbacks: Callable[[], list[Any]] | None = None
-    _space: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def phase(self) -> str:
-        return self.stored.phase
-
-    @property
-    def trial_steps(self) -> int:
-        return self.stored.trial_steps
-
-    @property
-    def sampler_name(self) -> str:
-        return self.stored.sampler
-
-    @property
-    def budget(self) -> int:
-        """Trials of the phase: its fixed points, else the round's ``trials``."""
-        if self.stored.slots:
-            return len(self.stored.slots)
-        return self.round_spec.trial_budget if self.round_spec is not None else 1
-
-    def settings(self, **overrides: Any) -> PhaseSettings:
-        """The budgets: the study's ``rounds`` entry, with command-line overrides on top."""
-        spec = self.round_spec
-        chosen: dict[str, Any] = {"max_trials": self.budget}
-        if spec is not None:
-            chosen.update(
-                max_failed=spec.max_failed,
-                max_parallel=spec.parallel,
-                max_retries=spec.max_retries,
-                trial_timeout_s=spec.trial_timeout_s,
-                stall_multiple=spec.stall_multiple,
-                stall_min_s=spec.stall_min_s,
-                timeout_h=spec.timeout_h,
-                stop_after_no_improvement=spec.stop_after_no_improvement,
-                config_key=f"rounds.{self.phase.replace('-', '')}",  # round-1 -> rounds.round1, for messages
-            )
-        chosen.update({key: value for key, value in overrides.items() if value is not None})
-        if self.stored.slots and chosen["max_trials"] != len(self.stored.slots):
-            raise UsageError(
-                f"{self.phase} trains exactly its {len(self.stored.slots)} planned points; "
-                "--trials does not apply to it"
-            )
-        max_trials = chosen.pop("max_trials")
-        return PhaseSettings.build(max_trials, **chosen)
-
-    def sampler(self) -> Any:
-        """Optuna's sampler, only for ``tpe`` (every other point is known in advance)."""
-        if self.stored.sampler != "tpe":
-            return None
-        import optuna
-
-        return optuna.samplers.TPESampler(seed=None)
-
-    def search_space(self) -> dict[str, Any]:
-        """The stored space as parameter models (parsed once: every slot of round 1 asks for it)."""
-        if self._space is None:
-            self._space = self.stored.search_space()
-        return self._space
-
-    def params_for_slot(self, slot: int) -> dict[str, Any]:
-        stored = self.stored
-        if stored.slots:
-            planned = stored.slot(slot)
-            return dict(planned.values) if planned is not None else {}
-        space = self.search_space()
-        if stored.sampler == "quasi-random":
-            return quasi_random_point(space, slot, stored.seed)
-        if stored.sampler == "random":
-            return random_point(space, slot, stored.seed)
-        return {}  # tpe: Optuna's sampler chooses when the trial starts
-
-    def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
-        return TrialJob(
-            spec=self.stored.trial_spec(slot, values),
-            base_dir=self.loaded.base_dir,
-            run_dir=run_dir,
-            command=reproduce_command(
-                self.loaded.path,
-                self.stored.trial_sets(slot, values),
-                None,
-                self.output_dir,
-                self.loaded.overrides.values(),
-            ),
-            attrs=self.stored.slot_attrs(slot),
-            extra_callbacks=self.fit_callbacks,
-        )
-
-
-def _format_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def reproduce_command(
-    study_path: Path,
-    values: dict[str, Any],
-    steps: int | None,
-    output_dir: Path,
-    overrides: Iterable[str] = (),
-) -> str:
-    """``tuner train`` with the ``--set`` overrides and a trial's values, shell-quoted (``tuner
-    train`` records its own run's command with no values and ``steps`` None).
-
-    Paths are absolute so the command works from any folder; the overrides come first, so the
-    trial's own values and length win exactly as they did in the trial.
-    """
-    from tuner.spec import redact_storage_url
-
-    words = ["tuner", "train", str(Path(study_path).resolve())]
-    for text in overrides:
-        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
-    for key, value in values.items():
-        words += ["--set", f"{key}={_format_value(value)}"]
-    if steps is not None:
-        words += ["--set", f"max_train_steps={steps}"]
-    words += ["--output-dir", str(Path(output_dir).resolve())]
-    return shlex.join(words)
+#: This module starts and creates phases; the names of the modules it builds on (phase names,
+#: trial lengths, the runnable plan: the plan builders import those without importing this
+#: module) stay importable from here.
+__all__ = [
+    "SWEEP_PHASE",
+    "PhasePlan",
+    "ProductionLength",
+    "StartedPhase",
+    "build_plan",
+    "check_against_plan",
+    "check_phase_input",
+    "check_schedule_fits",
+    "create_phase",
+    "known_phases",
+    "load_stored_plan",
+    "phase_plan",
+    "prepare_phase",
+    "production_length",
+    "refuse_searched_overrides",
+    "reproduce_command",
+    "round_number",
+    "round_phase",
+    "round_steps",
+    "start_round",
+]
 
 
 def refuse_searched_overrides(loaded: LoadedStudy) -> None:
@@ -178,62 +70,6 @@ def refuse_searched_overrides(loaded: LoadedStudy) -> None:
                     f"--set {text}: {key} is searched in this phase (search_space[{key}]), so the "
                     "override would be ignored; change or remove the search_space entry instead"
                 )
-
-
-@dataclass(frozen=True)
-class ProductionLength:
-    """``max_train_steps`` of a full-length run, and where the value comes from."""
-
-    steps: int | None
-    source: str  # "the study file", "tuner sweep-lr", or "" when unknown
-
-    def describe(self) -> str:
-        return f"{self.steps} (from {self.source})" if self.steps is not None else "not set"
-
-
-def round_steps(
-    spec: StudySpec, round_spec: RoundSpec, round_number: int, production: int | None = None
-) -> int:
-    """A round's trial length: ``steps``, else ``length_fraction`` of the production length.
-
-    ``production`` defaults to ``training.max_train_steps``; later rounds without either run at
-    the production length.
-    """
-    if round_spec.steps is not None:
-        return round_spec.steps
-    production = production if production is not None else spec.training.max_train_steps
-    if production is None:
-        raise UsageError(
-            f"rounds.round{round_number}: set steps, or set training.max_train_steps "
-            "(tuner sweep-lr finds it) so the trial length can be a fraction of it"
-        )
-    fraction = round_spec.length_fraction if round_spec.length_fraction is not None else 1.0
-    return max(1, math.ceil(production * fraction))
-
-
-def check_schedule_fits(loaded: LoadedStudy) -> None:
-    """The schedule fits ``max_train_steps`` and round 1's trials, where their lengths are known.
-
-    For ``tuner validate``: ``train`` and ``run-round`` would refuse the same at their start.
-    """
-    import contextlib
-
-    from tuner.train.schedules import build_schedule
-
-    spec = loaded.spec
-    lengths: list[tuple[int, str]] = []
-    if spec.training.max_train_steps is not None:
-        lengths.append((spec.training.max_train_steps, "training.max_train_steps"))
-    if spec.search_space:
-        with contextlib.suppress(UsageError):  # no length to check against yet
-            lengths.append((round_steps(spec, spec.rounds.round1, 1), "round 1's trials"))
-    for total, what in lengths:
-        try:
-            build_schedule(spec.training.schedule, total)
-        except ValueError as error:
-            raise loaded.error(
-                ("training", "schedule"), f"does not fit {what} of {total} steps: {error}"
-            ) from None
 
 
 @dataclass
@@ -298,18 +134,6 @@ def prepare_phase(
     )
 
 
-def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
-    """``training.max_train_steps`` from the file, else sweep-lr's recommendation in the storage."""
-    if spec.training.max_train_steps is not None:
-        return ProductionLength(spec.training.max_train_steps, "the study file")
-    from tuner.playbook.study_results import stored_recommendation
-
-    recommended = stored_recommendation(storage, spec.name) if storage is not None else None
-    if recommended is not None:
-        return ProductionLength(recommended, "tuner sweep-lr")
-    return ProductionLength(None, "")
-
-
 def build_plan(
     loaded: LoadedStudy, phase: str, storage: Any, *, extend_from: StoredPlan | None = None
 ) -> StoredPlan:
@@ -332,48 +156,28 @@ def build_plan(
     return later_round_plan(loaded, number, storage, production)
 
 
-def phase_plan(loaded: LoadedStudy, stored: StoredPlan, output_dir: Path) -> PhasePlan:
-    """The runnable plan of ``stored`` on this machine."""
-    number = round_number(stored.phase)
-    round_spec = loaded.spec.rounds.get(number) if number is not None else None
-    callbacks = None
-    if stored.fit is not None:
-        fit = stored.fit
-
-        def callbacks() -> list[Any]:
-            from tuner.train import FitCriterion
-
-            return [FitCriterion(fit.metric, fit.threshold, fit.direction)]
-
-    return PhasePlan(stored, loaded, output_dir, round_spec, callbacks)
-
-
-def check_against_plan(loaded: LoadedStudy, stored: StoredPlan, where: str) -> None:
-    """The study file (with its ``--set`` values) still describes the phase's stored plan."""
-    refuse_changed_study(
-        stored.config, loaded.spec.model_dump_for_files(), what=str(loaded.path), where=where
-    )
-
-
 def create_phase(prepared: StartedPhase) -> StartedPhase:
     """Create the phase with its plan (or reopen it and check the file against its plan)."""
     from tuner.orchestrate import open_storage, optuna_study_name, start_phase, with_retries
 
     loaded, phase = prepared.loaded, prepared.phase
     spec = loaded.spec
-    storage = open_storage(prepared.storage_url)
     name = optuna_study_name(spec.name, phase)
+    early = _plan_before_the_database(prepared, name)
+    storage = open_storage(prepared.storage_url)
     existing = with_retries(_existing_attrs, storage, name)
     stored = load_plan(existing) if existing is not None else None
     if stored is not None:
         check_against_plan(loaded, stored, name)
         if prepared.extend:
-            stored = build_plan(loaded, phase, storage, extend_from=stored)
+            longer = build_plan(loaded, phase, storage, extend_from=stored)
+            stored = _store_plan(loaded, longer, existing[PLAN_ATTR], storage)
     else:
         if prepared.extend:
             raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
-        stored = build_plan(loaded, phase, storage)
-        prepared.created = True
+        proposed = early or build_plan(loaded, phase, storage)
+        stored = _store_plan(loaded, proposed, None, storage)
+        prepared.created = stored is proposed
     plan = phase_plan(loaded, stored, prepared.output_dir)
     settings = plan.settings(**prepared.budget_overrides)
     prepared.plan, prepared.settings = plan, settings
@@ -384,13 +188,52 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
         settings,
         direction=spec.objective.direction,
         sampler=plan.sampler(),
-        extra_attrs={
-            PLAN_ATTR: stored.to_attr(),
+        extra_attrs={  # the plan is not among them: _store_plan stored it, compare-and-set
             "tuner:study_file": str(loaded.path.resolve()),
             "tuner:trial_steps": stored.trial_steps,
         },
     )
     return prepared
+
+
+def _plan_before_the_database(prepared: StartedPhase, name: str) -> StoredPlan | None:
+    """The plan built against an empty storage, when the SQLite file does not exist yet (None
+    otherwise): a refusal (round 2 before round 1, ``--extend`` before the sweep) then comes
+    before the file is created, and leaves no empty ``study.db`` for ``report`` and ``list`` to
+    stumble over."""
+    import optuna
+
+    from tuner.playbook.study_results import open_existing_storage
+
+    if open_existing_storage(prepared.storage_url) is not None:
+        return None
+    if prepared.extend:
+        raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
+    return build_plan(prepared.loaded, prepared.phase, optuna.storages.InMemoryStorage())
+
+
+def _store_plan(loaded: LoadedStudy, proposed: StoredPlan, seen: str | None, storage: Any) -> StoredPlan:
+    """Store ``proposed`` if the phase still holds the plan text ``seen`` (None: no plan, as read
+    before building ``proposed``); else another command
+    stored its plan first, and this one uses that plan if its study file matches it (a clear
+    refusal naming the fields otherwise). Returns ``proposed`` itself only when it was stored."""
+    from tuner.orchestrate import compare_and_set_attr, optuna_study_name
+
+    spec = loaded.spec
+    swap = compare_and_set_attr(
+        storage,
+        spec.name,
+        proposed.phase,
+        PLAN_ATTR,
+        proposed.to_attr(),
+        expected=seen,
+        direction=spec.objective.direction,
+    )
+    if swap.swapped:
+        return proposed
+    winner = StoredPlan.from_attr(swap.held)
+    check_against_plan(loaded, winner, optuna_study_name(spec.name, proposed.phase))
+    return winner
 
 
 def _existing_attrs(storage: Any, name: str) -> dict[str, Any] | None:
@@ -412,16 +255,3 @@ def start_round(
 ) -> StartedPhase:
     """``prepare_phase`` then ``create_phase`` (for tests and scripts: no worker is started)."""
     return create_phase(prepare_phase(loaded, phase, output_dir, storage_url=storage_url, **budget_overrides))
-
-
-def load_stored_plan(opened_phase: Any) -> StoredPlan:
-    """The plan of a running phase (a worker joining it)."""
-    from tuner.orchestrate import with_retries
-
-    stored = load_plan(with_retries(lambda: opened_phase.user_attrs))
-    if stored is None:
-        raise UsageError(
-            f"phase {opened_phase.study_name} has no stored plan (created by an older tuner); "
-            "re-run the command that started it to continue"
-        )
-    return stored

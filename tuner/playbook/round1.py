@@ -8,7 +8,7 @@ from tuner.errors import UsageError
 from tuner.playbook.plan import StoredPlan, resolve_schedule
 
 if TYPE_CHECKING:
-    from tuner.playbook.phases import ProductionLength
+    from tuner.playbook.trial_lengths import ProductionLength
     from tuner.spec import LoadedStudy
 
 
@@ -18,7 +18,7 @@ def round1_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan
     With ``proxy_fraction``, every trial validates on the same held-out part of the training
     split (the real validation set is kept for later rounds: many trials cannot overfit it).
     """
-    from tuner.playbook.phases import round_steps
+    from tuner.playbook.trial_lengths import round_steps
 
     spec = loaded.spec
     round_spec = spec.rounds.round1

@@ -5,7 +5,8 @@ regularization: the fewest steps any LR needs to fit the training set. This modu
 sweep's trials into that answer and says, in plain words with the numbers behind them, how far
 to trust it (an LR at the grid's edge, nothing fitting, divergence, unfinished trials). It is
 pure: no storage, no torch; the phase (trials, storage, CLI) builds :class:`SweepTrial` values
-and calls :func:`analyze_sweep` and :func:`render_lines`.
+and calls :func:`analyze_sweep` and :func:`render_lines`. Its parts: ``sweep_grid.py`` (the LRs),
+``sweep_rows.py`` (trials and rows), ``sweep_result.py`` (verdicts), ``sweep_table.py`` (text).
 
 Rules, and why:
 
@@ -65,457 +66,69 @@ Rules, and why:
 from __future__ import annotations
 
 import math
-import statistics
-import textwrap
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 from tuner.errors import UsageError
+from tuner.playbook.sweep_grid import (
+    HALF_DECADE,
+    LR_PARAM,
+    default_grid,
+    extend_grid,
+    format_lr,
+    round_lr,
+)
+from tuner.playbook.sweep_result import (
+    AllDiverged,
+    Diverged,
+    FastestAtEdge,
+    FitAtFirstEval,
+    InfraFailed,
+    NothingFits,
+    Provisional,
+    Recommendation,
+    SweepResult,
+    lrs_text,
+    steps_text,
+)
+from tuner.playbook.sweep_rows import (
+    FitDirection,
+    RowOutcome,
+    SweepOutcome,
+    SweepRow,
+    SweepTrial,
+    build_row,
+    group_trials,
+    sweep_trial_from_optuna,
+)
+from tuner.playbook.sweep_table import TABLE_WIDTH, render_lines
 from tuner.playbook.verdicts import Verdict
-from tuner.playbook.verdicts import jsonable as _jsonable
 
-LR_PARAM = "optimizer.lr"
-#: Half a decade: the default grid's step, as the playbook's LR sweeps use.
-HALF_DECADE = math.sqrt(10.0)
-_SIGNIFICANT = 3  # grid points are rounded to 3 significant digits: readable, and stable in YAML
-_LR_MATCH = 1e-6  # relative tolerance when matching a trial's LR to a grid point
-TABLE_WIDTH = 100
-_GAP_WIDTH = 2
-
-
-# -- the grid ---------------------------------------------------------------------------------
-
-
-def _round_lr(lr: float) -> float:
-    """At most 3 significant digits, fewer when within 0.5%: 0.0099928 is 0.01, not 0.00999."""
-    for digits in range(1, _SIGNIFICANT):
-        short = float(f"{lr:.{digits}g}")
-        if abs(short - lr) <= 0.005 * lr:
-            return short
-    return float(f"{lr:.{_SIGNIFICANT}g}")
-
-
-def _snap_ratio(ratio: float) -> float:
-    """A ratio within 1% of a sixth-of-a-decade power (x10, x sqrt(10), ...) is taken as exactly that.
-
-    Grid points are rounded, so ``0.000316 / 0.0001`` is 3.16, not sqrt(10); extending by the
-    rounded ratio would drift (3.17e-06 three points out). A user's x3 or x2 grid is kept as is.
-    """
-    sixths = math.log10(ratio) * 6
-    if abs(sixths - round(sixths)) * math.log(10) / 6 < 0.01:
-        return 10 ** (round(sixths) / 6)
-    return ratio
-
-
-def format_lr(lr: float) -> str:
-    """An LR as users read it: ``0.003``, ``0.000316``, ``1e-05``."""
-    return f"{lr:.{_SIGNIFICANT}g}"
-
-
-def default_grid(lr: float) -> list[float]:
-    """Five log-spaced points half a decade apart, centred on ``optimizer.lr``.
-
-    ``default_grid(1e-3) == [0.0001, 0.000316, 0.001, 0.00316, 0.01]``: two below and two above, so
-    the base LR is tested against a full decade either side.
-    """
-    if not (lr > 0 and math.isfinite(lr)):
-        raise UsageError(f"the default LR grid needs a positive optimizer.lr, got {lr}")
-    return [_round_lr(lr * HALF_DECADE**k) for k in (-2, -1, 0, 1, 2)]
-
-
-def extend_grid(grid: list[float], edge: Literal["low", "high"], count: int = 2) -> list[float]:
-    """The next ``count`` points beyond ``edge``, ascending, spaced like the grid at that edge.
-
-    The ratio between the two outermost points at that edge is kept (a user's grid may be
-    non-uniform: ``[1e-4, 1e-3, 3e-3]`` extends high by x3 and low by x10).
-    """
-    points = sorted(grid)
-    if len(points) < 2 or points[0] <= 0:
-        raise UsageError("extending an LR grid needs at least 2 positive points")
-    if count < 1:
-        raise UsageError(f"extend the grid by at least 1 point, not {count}")
-    if edge == "high":
-        ratio = _snap_ratio(points[-1] / points[-2])
-        return [_round_lr(points[-1] * ratio**k) for k in range(1, count + 1)]
-    if edge == "low":
-        ratio = _snap_ratio(points[1] / points[0])
-        return [_round_lr(points[0] / ratio**k) for k in range(count, 0, -1)]
-    raise UsageError(f"the grid's edge is 'low' or 'high', not {edge!r}")
-
-
-# -- trials -----------------------------------------------------------------------------------
-
-
-class SweepOutcome(StrEnum):
-    """What one grid trial (one LR, one seed) came to."""
-
-    FIT = "fit"
-    NOT_FIT = "not_fit"  # trained to max_steps without meeting the fit criterion
-    DIVERGED = "diverged"
-    FAILED = "failed"  # infrastructure: crashed, oom, timeout, killed, ...; not "did not fit"
-    RUNNING = "running"
-    PENDING = "pending"  # not started yet
-
-    @property
-    def finished(self) -> bool:
-        return self in (SweepOutcome.FIT, SweepOutcome.NOT_FIT, SweepOutcome.DIVERGED)
-
-
-@dataclass(frozen=True)
-class SweepTrial:
-    """One grid trial, built by the phase from an Optuna trial (:func:`sweep_trial_from_optuna`)."""
-
-    lr: float
-    seed_index: int
-    outcome: SweepOutcome
-    fit_step: int | None
-    steps_trained: int
-    final_train_loss: float | None
-    best_fit_value: float | None
-    number: int | None = None  # the trial's slot, for messages
-    failure_reason: str | None = None  # on FAILED / DIVERGED: the worker's failure_reason
-
-
-def _attr_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _attr_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
-    """A :class:`SweepTrial` from an Optuna ``FrozenTrial`` (anything with ``params``, ``state``,
-    ``user_attrs``, ``number``); ``None`` for a trial that does not count:
-
-    - a FAIL marked ``retried`` (its retry is another trial, which counts instead);
-    - a trial without ``optimizer.lr`` yet (enqueued, not started: the grid shows it as not started).
-
-    COMPLETE is FIT when ``fit_step`` is recorded, else NOT_FIT; FAIL is DIVERGED when
-    ``failure_reason == "diverged"``, else FAILED (as is PRUNED, which a sweep never asks for).
-    """
-    attrs = dict(trial.user_attrs)
-    params = dict(trial.params)
-    if LR_PARAM not in params:
-        return None
-    state = getattr(trial.state, "name", str(trial.state)).upper()
-    fit_step = _attr_int(attrs.get("fit_step"))
-    reason = attrs.get("failure_reason")
-    if state == "COMPLETE":
-        outcome = SweepOutcome.FIT if fit_step is not None else SweepOutcome.NOT_FIT
-    elif state == "FAIL":
-        if attrs.get("retried"):
-            return None
-        outcome = SweepOutcome.DIVERGED if reason == "diverged" else SweepOutcome.FAILED
-    elif state == "RUNNING":
-        outcome = SweepOutcome.RUNNING
-    elif state == "WAITING":
-        outcome = SweepOutcome.PENDING
-    else:  # PRUNED: nothing in a sweep prunes; count it as not run rather than as "not fit"
-        outcome, reason = SweepOutcome.FAILED, reason or state.lower()
-    steps = attrs.get("final_step")
-    if steps is None and outcome is SweepOutcome.FIT:
-        steps = fit_step
-    if steps is None and outcome is SweepOutcome.NOT_FIT:
-        steps = attrs.get("max_train_steps")
-    slot = attrs.get("slot")
-    return SweepTrial(
-        lr=float(params[LR_PARAM]),
-        seed_index=int(attrs.get("seed_index", 0)),
-        outcome=outcome,
-        fit_step=fit_step if outcome is SweepOutcome.FIT else None,
-        steps_trained=int(steps or 0),
-        final_train_loss=_attr_float(attrs.get("final_train_loss")),
-        best_fit_value=_attr_float(attrs.get("best_fit_value")),
-        number=int(slot) if slot is not None else trial.number,
-        failure_reason=str(reason) if reason is not None and outcome is not SweepOutcome.FIT else None,
-    )
-
-
-# -- rows -------------------------------------------------------------------------------------
-
-
-class RowOutcome(StrEnum):
-    """One LR's outcome over its seeds."""
-
-    FIT = "fit"  # every seed fit
-    PARTLY_FIT = "partly_fit"  # some seeds fit, the others finished (or failed) without fitting
-    NOT_FIT = "not_fit"
-    DIVERGED = "diverged"  # no seed fit and at least one diverged, none merely "not fit"
-    FAILED = "failed"  # every seed failed for infrastructure reasons
-    RUNNING = "running"  # some seeds are still running or not started
-    PENDING = "pending"  # no seed started
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    """One LR of the table (see the module docstring for the rules)."""
-
-    lr: float
-    seeds: int
-    seed_outcomes: tuple[SweepOutcome, ...]
-    fit_steps: list[int]
-    median_fit_step: float | None
-    spread: tuple[int, int] | None
-    slowest_fit_step: int | None  # only when every seed fit: what the recommendation uses
-    outcome: RowOutcome
-    outcome_text: str
-    final_train_loss: float | None
-    best_fit_value: float | None
-    failure_reasons: tuple[str, ...] = ()
-
-    def count(self, outcome: SweepOutcome) -> int:
-        return sum(1 for seed in self.seed_outcomes if seed is outcome)
-
-
-_PREFERENCE = {
-    SweepOutcome.FIT: 3,
-    SweepOutcome.NOT_FIT: 3,
-    SweepOutcome.DIVERGED: 3,
-    SweepOutcome.RUNNING: 2,
-    SweepOutcome.PENDING: 1,
-    SweepOutcome.FAILED: 0,
-}
-
-
-def _outcome_text(
-    counts: dict[SweepOutcome, int], seeds: int, reasons: tuple[str, ...]
-) -> tuple[RowOutcome, str]:
-    unfinished = counts[SweepOutcome.RUNNING] + counts[SweepOutcome.PENDING]
-    failed_word = f"failed ({', '.join(sorted(set(reasons)))})" if reasons else "failed"
-    if unfinished:
-        if counts[SweepOutcome.PENDING] == seeds:
-            return RowOutcome.PENDING, "not started"
-        done = seeds - unfinished
-        suffix = f" ({done} of {seeds} seeds done)" if seeds > 1 and done else ""
-        return RowOutcome.RUNNING, "running" + suffix
-    for single, row, word in (
-        (SweepOutcome.FIT, RowOutcome.FIT, "fit"),
-        (SweepOutcome.NOT_FIT, RowOutcome.NOT_FIT, "not fit"),
-        (SweepOutcome.DIVERGED, RowOutcome.DIVERGED, "diverged"),
-        (SweepOutcome.FAILED, RowOutcome.FAILED, failed_word),
-    ):
-        if counts[single] == seeds:
-            return row, word
-    others = [
-        f"{counts[o]} {w}"
-        for o, w in (
-            (SweepOutcome.NOT_FIT, "not fit"),
-            (SweepOutcome.DIVERGED, "diverged"),
-            (SweepOutcome.FAILED, "failed"),
-        )
-        if counts[o]
-    ]
-    if counts[SweepOutcome.FIT]:
-        return RowOutcome.PARTLY_FIT, f"fit {counts[SweepOutcome.FIT]} of {seeds} seeds, " + ", ".join(others)
-    row = RowOutcome.NOT_FIT if counts[SweepOutcome.NOT_FIT] else RowOutcome.DIVERGED
-    return row, f"{', '.join(others)} (of {seeds} seeds)"
-
-
-class _Direction:
-    """Which fit-metric values are better: given, or read off the trials.
-
-    Without a direction, a fit trial's best value lies on the met side of the threshold, which
-    gives it; with no fit trial, every value lies on the unmet side, so the closest to the
-    threshold is the best whichever the direction.
-    """
-
-    def __init__(self, direction: str | None, threshold: float, trials: Iterable[SweepTrial]) -> None:
-        self.threshold = threshold
-        if direction is None:
-            for trial in trials:
-                value = trial.best_fit_value
-                if trial.outcome is SweepOutcome.FIT and value is not None and value != threshold:
-                    direction = "maximize" if value > threshold else "minimize"
-                    break
-        self.direction = direction
-
-    def key(self, value: float) -> float:
-        """Larger is better."""
-        if self.direction == "maximize":
-            return value
-        if self.direction == "minimize":
-            return -value
-        return -abs(value - self.threshold)
-
-    def best(self, values: Iterable[float | None]) -> float | None:
-        finite = [v for v in values if v is not None and math.isfinite(v)]
-        return max(finite, key=self.key) if finite else None
-
-    @property
-    def comparator(self) -> str:
-        return "<=" if self.direction == "minimize" else ">="
-
-
-def _build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: _Direction) -> SweepRow:
-    n = max([seeds, *(index + 1 for index in by_seed)])
-    outcomes = tuple(by_seed[i].outcome if i in by_seed else SweepOutcome.PENDING for i in range(n))
-    chosen = list(by_seed.values())
-    fit_steps = sorted(t.fit_step for t in chosen if t.outcome is SweepOutcome.FIT and t.fit_step is not None)
-    reasons = tuple(t.failure_reason or "failed" for t in chosen if t.outcome is SweepOutcome.FAILED)
-    counts = {o: outcomes.count(o) for o in SweepOutcome}
-    outcome, text = _outcome_text(counts, n, reasons)
-    losses = [
-        t.final_train_loss
-        for t in chosen
-        if t.final_train_loss is not None and math.isfinite(t.final_train_loss)
-    ]
-    all_fit = counts[SweepOutcome.FIT] == n and len(fit_steps) == n
-    return SweepRow(
-        lr=lr,
-        seeds=n,
-        seed_outcomes=outcomes,
-        fit_steps=fit_steps,
-        median_fit_step=float(statistics.median(fit_steps)) if fit_steps else None,
-        spread=(fit_steps[0], fit_steps[-1]) if len(fit_steps) >= 2 else None,
-        slowest_fit_step=fit_steps[-1] if all_fit else None,
-        outcome=outcome,
-        outcome_text=text,
-        final_train_loss=float(statistics.median(losses)) if losses else None,
-        best_fit_value=better.best(t.best_fit_value for t in chosen),
-        failure_reasons=reasons,
-    )
-
-
-# -- verdicts ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Recommendation(Verdict):
-    kind: ClassVar[str] = "recommendation"
-    steps: int
-    lr: float
-    fit_step: int  # the fastest LR's slowest seed's fit step
-    eval_every: int
-
-
-@dataclass(frozen=True)
-class FastestAtEdge(Verdict):
-    kind: ClassVar[str] = "fastest_at_edge"
-    edge: Literal["low", "high"]
-    lr: float
-    new_points: list[float]  # what ``--extend`` adds
-    extended_grid: list[float]  # the whole grid with them
-
-
-@dataclass(frozen=True)
-class FitAtFirstEval(Verdict):
-    """The fastest LR fit at the first evaluation: the sweep cannot tell how much sooner."""
-
-    kind: ClassVar[str] = "fit_at_first_eval"
-    lr: float
-    fit_step: int
-    eval_every: int
-
-
-@dataclass(frozen=True)
-class NothingFits(Verdict):
-    kind: ClassVar[str] = "nothing_fits"
-    max_steps: int
-    best_lr: float | None
-    best_value: float | None
-    partly_fit_lrs: list[float] = field(default_factory=list)  # fit on some seeds only
-
-
-@dataclass(frozen=True)
-class AllDiverged(Verdict):
-    """Every LR that finished diverged: the grid sits above what the model trains at, so the
-    answer is lower LRs, not longer trials (more steps at a diverging LR diverge too)."""
-
-    kind: ClassVar[str] = "all_diverged"
-    lowest_lr: float
-    new_points: list[float]  # what ``--extend`` adds below the grid
-    extended_grid: list[float]
-
-
-@dataclass(frozen=True)
-class Diverged(Verdict):
-    kind: ClassVar[str] = "diverged"
-    lrs: list[float]  # LRs on which at least one seed diverged, ascending
-    threshold_lr: float | None  # set when exactly the grid points >= it diverged
-    partial_lrs: list[float] = field(default_factory=list)  # diverged on some seeds only
-
-
-@dataclass(frozen=True)
-class InfraFailed(Verdict):
-    kind: ClassVar[str] = "infra_failed"
-    lrs: list[float]
-    reasons: list[str]
-
-
-@dataclass(frozen=True)
-class Provisional(Verdict):
-    kind: ClassVar[str] = "provisional"
-    running: int
-    pending: int
-
-
-def _lrs(lrs: Iterable[float]) -> str:
-    return ", ".join(format_lr(lr) for lr in lrs)
-
-
-def _steps(n: float) -> str:
-    return f"{n:g}"
-
-
-# -- the analysis -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    rows: list[SweepRow]  # ascending LR
-    recommended_max_train_steps: int | None
-    fastest_lr: float | None
-    verdicts: list[Verdict]
-
-    @property
-    def provisional(self) -> bool:
-        return any(isinstance(v, Provisional) for v in self.verdicts)
-
-    def verdict(self, kind: type[Verdict]) -> list[Verdict]:
-        return [v for v in self.verdicts if isinstance(v, kind)]
-
-    def to_json(self) -> dict[str, Any]:
-        """The schema is in the module docstring."""
-        rows = []
-        for row in self.rows:
-            rows.append(
-                {
-                    "lr": row.lr,
-                    "seeds": row.seeds,
-                    "seed_outcomes": [str(o) for o in row.seed_outcomes],
-                    "fit_steps": list(row.fit_steps),
-                    "median_fit_step": row.median_fit_step,
-                    "spread": list(row.spread) if row.spread else None,
-                    "slowest_fit_step": row.slowest_fit_step,
-                    "outcome": str(row.outcome),
-                    "outcome_text": row.outcome_text,
-                    "final_train_loss": _jsonable(row.final_train_loss),
-                    "best_fit_value": _jsonable(row.best_fit_value),
-                }
-            )
-        return {
-            "rows": rows,
-            "recommended_max_train_steps": self.recommended_max_train_steps,
-            "fastest_lr": self.fastest_lr,
-            "provisional": self.provisional,
-            "verdicts": [v.to_json() for v in self.verdicts],
-        }
-
-
-def _group(trials: Iterable[SweepTrial], grid: list[float]) -> dict[float, dict[int, SweepTrial]]:
-    """Trials by grid point (an LR not in the grid gets its own row), one per seed."""
-    groups: dict[float, dict[int, SweepTrial]] = {lr: {} for lr in grid}
-    for trial in trials:
-        lr = next((g for g in groups if math.isclose(g, trial.lr, rel_tol=_LR_MATCH)), trial.lr)
-        by_seed = groups.setdefault(lr, {})
-        held = by_seed.get(trial.seed_index)
-        rank = (_PREFERENCE[trial.outcome], trial.number if trial.number is not None else -1)
-        if held is None or rank > (_PREFERENCE[held.outcome], held.number if held.number is not None else -1):
-            by_seed[trial.seed_index] = trial
-    return groups
+#: The analysis lives here; its parts (grid, rows, verdicts, table) in the modules above, whose
+#: names stay importable from here.
+__all__ = [
+    "HALF_DECADE",
+    "LR_PARAM",
+    "TABLE_WIDTH",
+    "AllDiverged",
+    "Diverged",
+    "FastestAtEdge",
+    "FitAtFirstEval",
+    "InfraFailed",
+    "NothingFits",
+    "Provisional",
+    "Recommendation",
+    "RowOutcome",
+    "SweepOutcome",
+    "SweepResult",
+    "SweepRow",
+    "SweepTrial",
+    "analyze_sweep",
+    "default_grid",
+    "extend_grid",
+    "format_lr",
+    "render_lines",
+    "sweep_trial_from_optuna",
+]
 
 
 def _all_diverged(rows: list[SweepRow]) -> bool:
@@ -547,9 +160,9 @@ def analyze_sweep(
     """
     if eval_every < 1 or max_steps < 1:
         raise UsageError(f"max_steps and eval_every must be positive, got {max_steps} and {eval_every}")
-    better = _Direction(direction, fit_threshold, trials)
-    groups = _group(trials, grid)
-    rows = [_build_row(lr, groups[lr], seeds, better) for lr in sorted(groups)]
+    better = FitDirection(direction, fit_threshold, trials)
+    groups = group_trials(trials, grid)
+    rows = [build_row(lr, groups[lr], seeds, better) for lr in sorted(groups)]
     criterion = f"{fit_metric} {better.comparator} {fit_threshold:g}"
     verdicts: list[Verdict] = []
 
@@ -583,7 +196,7 @@ def analyze_sweep(
         recommended = math.ceil(fit_step / eval_every) * eval_every
         how = f"in {fit_step} steps"
         if fastest.seeds > 1:
-            median = _steps(fastest.median_fit_step or 0)
+            median = steps_text(fastest.median_fit_step or 0)
             how += f" on each of its {fastest.seeds} seeds (the slowest; median {median})"
         rounding = (
             f", rounded up to a multiple of eval_every ({eval_every})"
@@ -609,9 +222,8 @@ def analyze_sweep(
         for edge, edge_lr, word, beyond in edges:
             if any(row.lr == edge_lr for row in tied) and len(rows) >= 2:
                 new_points = extend_grid(full_grid, edge, 2)
-                among = (
-                    "" if len(tied) == 1 else f" (tied with lr {_lrs(r.lr for r in tied if r.lr != edge_lr)})"
-                )
+                others = lrs_text(r.lr for r in tied if r.lr != edge_lr)
+                among = "" if len(tied) == 1 else f" (tied with lr {others})"
                 verdicts.append(
                     FastestAtEdge(
                         edge=edge,
@@ -620,7 +232,7 @@ def analyze_sweep(
                         extended_grid=sorted(full_grid + new_points),
                         text=f"the fastest LR to fit, {format_lr(edge_lr)}{among}, is the {word} in the "
                         f"grid: a {beyond} one may fit faster (then fewer than {recommended} steps would do)",
-                        advice=f"run lr {_lrs(new_points)} too: tuner sweep-lr {study_ref} --extend",
+                        advice=f"run lr {lrs_text(new_points)} too: tuner sweep-lr {study_ref} --extend",
                     )
                 )
         if fit_step <= eval_every:
@@ -636,7 +248,7 @@ def analyze_sweep(
             )
     elif not (running or pending) and _all_diverged(rows):
         full_grid = [row.lr for row in rows]
-        new_points = extend_grid(full_grid, "low", 2) if len(rows) >= 2 else [_round_lr(rows[0].lr / 10)]
+        new_points = extend_grid(full_grid, "low", 2) if len(rows) >= 2 else [round_lr(rows[0].lr / 10)]
         verdicts.append(
             AllDiverged(
                 lowest_lr=rows[0].lr,
@@ -645,7 +257,7 @@ def analyze_sweep(
                 text=f"every LR diverged, down to lr {format_lr(rows[0].lr)} (the smallest in the grid): "
                 "the grid is above the learning rates this model trains at, so the sweep cannot tell "
                 "how many steps it needs",
-                advice=f"go lower: run lr {_lrs(new_points)} too: tuner sweep-lr {study_ref} --extend "
+                advice=f"go lower: run lr {lrs_text(new_points)} too: tuner sweep-lr {study_ref} --extend "
                 "(or move sweep_lr.grid down)",
             )
         )
@@ -663,7 +275,7 @@ def analyze_sweep(
             else ""
         )
         partial = (
-            f"; lr {_lrs(partly)} fit on some seeds only, not reliably enough to set the length"
+            f"; lr {lrs_text(partly)} fit on some seeds only, not reliably enough to set the length"
             if partly
             else ""
         )
@@ -714,80 +326,11 @@ def analyze_sweep(
                 lrs=[row.lr for row in failed],
                 reasons=reasons,
                 text=f"{n} grid trial(s) failed for reasons outside training ({', '.join(reasons)}) at lr "
-                f"{_lrs(row.lr for row in failed)}: they count as not run, not as not fit, and such an LR "
-                "cannot be the recommended one",
+                f"{lrs_text(row.lr for row in failed)}: they count as not run, not as not fit, and such an "
+                "LR cannot be the recommended one",
                 advice="see the trials' logs; re-running the command retries what the retry budget allows",
             )
         )
     return SweepResult(
         rows=rows, recommended_max_train_steps=recommended, fastest_lr=fastest_lr, verdicts=verdicts
     )
-
-
-# -- rendering --------------------------------------------------------------------------------
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}"
-
-
-def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max_steps: int) -> list[str]:
-    """The table (at most 100 columns), then each verdict (wrapped), its advice after "->".
-
-    With several seeds, "steps to fit" is the slowest seed's (what the recommendation uses) and
-    a column shows the median [min..max]. A long fit-metric name shortens its header to "best
-    value"; then "final train loss" to "train loss"; a long outcome wraps onto a continuation line.
-    """
-    multi = any(row.seeds > 1 for row in result.rows)
-    table: list[list[str]] = []
-    for row in result.rows:
-        if row.slowest_fit_step is not None:
-            steps = str(row.slowest_fit_step)
-        elif row.outcome in (RowOutcome.NOT_FIT, RowOutcome.PARTLY_FIT):
-            steps = f"not within {max_steps} steps"
-        else:
-            steps = "-"
-        cells = [format_lr(row.lr), steps]
-        if multi:
-            median = "-" if row.median_fit_step is None else _steps(row.median_fit_step)
-            if row.spread is not None:
-                median += f" [{row.spread[0]}..{row.spread[1]}]"
-            cells.append(median)
-        cells += [_num(row.final_train_loss), _num(row.best_fit_value), row.outcome_text]
-        table.append(cells)
-    best = f"best {fit_metric}"
-    for best_header, loss_header in (
-        (best, "final train loss"),
-        ("best value", "final train loss"),
-        ("best value", "train loss"),
-    ):
-        headers = ["lr", "steps to fit (slowest)" if multi else "steps to fit"]
-        headers += ["median [min..max]"] if multi else []
-        headers += [loss_header, best_header, "outcome"]
-        widths = [max([len(headers[i])] + [len(cells[i]) for cells in table]) for i in range(len(headers))]
-        room = TABLE_WIDTH - sum(widths[:-1]) - _GAP_WIDTH * (len(widths) - 1)
-        if room >= min(widths[-1], 20):
-            break
-    widths[-1] = max(10, min(widths[-1], room))
-
-    def line(cells: list[str]) -> list[str]:
-        *first, last = cells
-        parts = textwrap.wrap(last, widths[-1]) or [""]
-        head = "  ".join(cell.ljust(width) for cell, width in zip(first, widths, strict=False))
-        indent = " " * (len(head) + _GAP_WIDTH)
-        return [f"{head}  {parts[0]}".rstrip()] + [indent + part for part in parts[1:]]
-
-    lines = line(headers) + line(["-" * w for w in widths])
-    for cells in table:
-        lines += line(cells)
-    if result.verdicts:
-        lines.append("")
-    for verdict in result.verdicts:
-        lines += textwrap.wrap(verdict.text, TABLE_WIDTH, initial_indent="- ", subsequent_indent="  ")
-        if verdict.advice:
-            lines += textwrap.wrap(
-                verdict.advice, TABLE_WIDTH, initial_indent="  -> ", subsequent_indent="     "
-            )
-    return lines

@@ -17,8 +17,8 @@ from tuner.errors import SpecError, UsageError
 from tuner.playbook.plan import FitTarget, SlotPlan, StoredPlan
 
 if TYPE_CHECKING:
-    from tuner.playbook.phases import ProductionLength
     from tuner.playbook.sweep_lr import SweepResult
+    from tuner.playbook.trial_lengths import ProductionLength
     from tuner.spec import LoadedStudy
 
 LR_PARAM = "optimizer.lr"

@@ -1,0 +1,185 @@
+"""A stored plan made runnable on this machine: its trials' jobs, points and budgets.
+
+Whoever serves a phase (the command that created it, a re-run, ``tuner worker`` elsewhere) reads
+the plan back from the storage, checks its own study file against it, and runs it from here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import UsageError
+from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, random_point
+from tuner.playbook.config_check import refuse_changed_study
+from tuner.playbook.phase_names import round_number
+from tuner.playbook.plan import StoredPlan, load_plan
+from tuner.spec import LoadedStudy, RoundSpec
+
+
+@dataclass
+class PhasePlan:
+    """A stored plan, plus what this machine needs to run its trials (paths, ``--set`` texts)."""
+
+    stored: StoredPlan
+    loaded: LoadedStudy  # this machine's study file (checked against the plan)
+    output_dir: Path
+    round_spec: RoundSpec | None = None  # the budgets (they may change between runs); None: defaults
+    fit_callbacks: Callable[[], list[Any]] | None = None
+    _space: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def phase(self) -> str:
+        return self.stored.phase
+
+    @property
+    def trial_steps(self) -> int:
+        return self.stored.trial_steps
+
+    @property
+    def sampler_name(self) -> str:
+        return self.stored.sampler
+
+    @property
+    def budget(self) -> int:
+        """Trials of the phase: its fixed points, else the round's ``trials``."""
+        if self.stored.slots:
+            return len(self.stored.slots)
+        return self.round_spec.trial_budget if self.round_spec is not None else 1
+
+    def settings(self, **overrides: Any) -> PhaseSettings:
+        """The budgets: the study's ``rounds`` entry, with command-line overrides on top."""
+        spec = self.round_spec
+        chosen: dict[str, Any] = {"max_trials": self.budget}
+        if spec is not None:
+            chosen.update(
+                max_failed=spec.max_failed,
+                max_parallel=spec.parallel,
+                max_retries=spec.max_retries,
+                trial_timeout_s=spec.trial_timeout_s,
+                stall_multiple=spec.stall_multiple,
+                stall_min_s=spec.stall_min_s,
+                timeout_h=spec.timeout_h,
+                stop_after_no_improvement=spec.stop_after_no_improvement,
+                config_key=f"rounds.{self.phase.replace('-', '')}",  # round-1 -> rounds.round1, for messages
+            )
+        chosen.update({key: value for key, value in overrides.items() if value is not None})
+        if self.stored.slots and chosen["max_trials"] != len(self.stored.slots):
+            raise UsageError(
+                f"{self.phase} trains exactly its {len(self.stored.slots)} planned points; "
+                "--trials does not apply to it"
+            )
+        max_trials = chosen.pop("max_trials")
+        return PhaseSettings.build(max_trials, **chosen)
+
+    def sampler(self) -> Any:
+        """Optuna's sampler, only for ``tpe`` (every other point is known in advance)."""
+        if self.stored.sampler != "tpe":
+            return None
+        import optuna
+
+        return optuna.samplers.TPESampler(seed=None)
+
+    def search_space(self) -> dict[str, Any]:
+        """The stored space as parameter models (parsed once: every slot of round 1 asks for it)."""
+        if self._space is None:
+            self._space = self.stored.search_space()
+        return self._space
+
+    def params_for_slot(self, slot: int) -> dict[str, Any]:
+        stored = self.stored
+        if stored.slots:
+            planned = stored.slot(slot)
+            return dict(planned.values) if planned is not None else {}
+        space = self.search_space()
+        if stored.sampler == "quasi-random":
+            return quasi_random_point(space, slot, stored.seed)
+        if stored.sampler == "random":
+            return random_point(space, slot, stored.seed)
+        return {}  # tpe: Optuna's sampler chooses when the trial starts
+
+    def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
+        return TrialJob(
+            spec=self.stored.trial_spec(slot, values),
+            base_dir=self.loaded.base_dir,
+            run_dir=run_dir,
+            command=reproduce_command(
+                self.loaded.path,
+                self.stored.trial_sets(slot, values),
+                None,
+                self.output_dir,
+                self.loaded.overrides.values(),
+            ),
+            attrs=self.stored.slot_attrs(slot),
+            extra_callbacks=self.fit_callbacks,
+        )
+
+
+def _format_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def reproduce_command(
+    study_path: Path,
+    values: dict[str, Any],
+    steps: int | None,
+    output_dir: Path,
+    overrides: Iterable[str] = (),
+) -> str:
+    """``tuner train`` with the ``--set`` overrides and a trial's values, shell-quoted (``tuner
+    train`` records its own run's command with no values and ``steps`` None).
+
+    Paths are absolute so the command works from any folder; the overrides come first, so the
+    trial's own values and length win exactly as they did in the trial.
+    """
+    from tuner.spec import redact_storage_url
+
+    words = ["tuner", "train", str(Path(study_path).resolve())]
+    for text in overrides:
+        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
+    for key, value in values.items():
+        words += ["--set", f"{key}={_format_value(value)}"]
+    if steps is not None:
+        words += ["--set", f"max_train_steps={steps}"]
+    words += ["--output-dir", str(Path(output_dir).resolve())]
+    return shlex.join(words)
+
+
+def phase_plan(loaded: LoadedStudy, stored: StoredPlan, output_dir: Path) -> PhasePlan:
+    """The runnable plan of ``stored`` on this machine."""
+    number = round_number(stored.phase)
+    round_spec = loaded.spec.rounds.get(number) if number is not None else None
+    callbacks = None
+    if stored.fit is not None:
+        fit = stored.fit
+
+        def callbacks() -> list[Any]:
+            from tuner.train import FitCriterion
+
+            return [FitCriterion(fit.metric, fit.threshold, fit.direction)]
+
+    return PhasePlan(stored, loaded, output_dir, round_spec, callbacks)
+
+
+def check_against_plan(loaded: LoadedStudy, stored: StoredPlan, where: str) -> None:
+    """The study file (with its ``--set`` values) still describes the phase's stored plan."""
+    refuse_changed_study(
+        stored.config, loaded.spec.model_dump_for_files(), what=str(loaded.path), where=where
+    )
+
+
+def load_stored_plan(opened_phase: Any) -> StoredPlan:
+    """The plan of a running phase (a worker joining it)."""
+    from tuner.orchestrate import with_retries
+
+    stored = load_plan(with_retries(lambda: opened_phase.user_attrs))
+    if stored is None:
+        raise UsageError(
+            f"phase {opened_phase.study_name} has no stored plan (created by an older tuner); "
+            "re-run the command that started it to continue"
+        )
+    return stored

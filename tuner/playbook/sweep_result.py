@@ -1,0 +1,135 @@
+"""sweep-lr's verdicts and the result they make up with the table (``SweepResult.to_json``'s
+schema is in ``sweep_lr.py``'s docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from tuner.playbook.sweep_grid import format_lr
+from tuner.playbook.sweep_rows import SweepRow
+from tuner.playbook.verdicts import Verdict
+from tuner.playbook.verdicts import jsonable as _jsonable
+
+# -- verdicts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recommendation(Verdict):
+    kind: ClassVar[str] = "recommendation"
+    steps: int
+    lr: float
+    fit_step: int  # the fastest LR's slowest seed's fit step
+    eval_every: int
+
+
+@dataclass(frozen=True)
+class FastestAtEdge(Verdict):
+    kind: ClassVar[str] = "fastest_at_edge"
+    edge: Literal["low", "high"]
+    lr: float
+    new_points: list[float]  # what ``--extend`` adds
+    extended_grid: list[float]  # the whole grid with them
+
+
+@dataclass(frozen=True)
+class FitAtFirstEval(Verdict):
+    """The fastest LR fit at the first evaluation: the sweep cannot tell how much sooner."""
+
+    kind: ClassVar[str] = "fit_at_first_eval"
+    lr: float
+    fit_step: int
+    eval_every: int
+
+
+@dataclass(frozen=True)
+class NothingFits(Verdict):
+    kind: ClassVar[str] = "nothing_fits"
+    max_steps: int
+    best_lr: float | None
+    best_value: float | None
+    partly_fit_lrs: list[float] = field(default_factory=list)  # fit on some seeds only
+
+
+@dataclass(frozen=True)
+class AllDiverged(Verdict):
+    """Every LR that finished diverged: the grid sits above what the model trains at, so the
+    answer is lower LRs, not longer trials (more steps at a diverging LR diverge too)."""
+
+    kind: ClassVar[str] = "all_diverged"
+    lowest_lr: float
+    new_points: list[float]  # what ``--extend`` adds below the grid
+    extended_grid: list[float]
+
+
+@dataclass(frozen=True)
+class Diverged(Verdict):
+    kind: ClassVar[str] = "diverged"
+    lrs: list[float]  # LRs on which at least one seed diverged, ascending
+    threshold_lr: float | None  # set when exactly the grid points >= it diverged
+    partial_lrs: list[float] = field(default_factory=list)  # diverged on some seeds only
+
+
+@dataclass(frozen=True)
+class InfraFailed(Verdict):
+    kind: ClassVar[str] = "infra_failed"
+    lrs: list[float]
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class Provisional(Verdict):
+    kind: ClassVar[str] = "provisional"
+    running: int
+    pending: int
+
+
+def lrs_text(lrs: Iterable[float]) -> str:
+    return ", ".join(format_lr(lr) for lr in lrs)
+
+
+def steps_text(n: float) -> str:
+    return f"{n:g}"
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    rows: list[SweepRow]  # ascending LR
+    recommended_max_train_steps: int | None
+    fastest_lr: float | None
+    verdicts: list[Verdict]
+
+    @property
+    def provisional(self) -> bool:
+        return any(isinstance(v, Provisional) for v in self.verdicts)
+
+    def verdict(self, kind: type[Verdict]) -> list[Verdict]:
+        return [v for v in self.verdicts if isinstance(v, kind)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The schema is in the module docstring."""
+        rows = []
+        for row in self.rows:
+            rows.append(
+                {
+                    "lr": row.lr,
+                    "seeds": row.seeds,
+                    "seed_outcomes": [str(o) for o in row.seed_outcomes],
+                    "fit_steps": list(row.fit_steps),
+                    "median_fit_step": row.median_fit_step,
+                    "spread": list(row.spread) if row.spread else None,
+                    "slowest_fit_step": row.slowest_fit_step,
+                    "outcome": str(row.outcome),
+                    "outcome_text": row.outcome_text,
+                    "final_train_loss": _jsonable(row.final_train_loss),
+                    "best_fit_value": _jsonable(row.best_fit_value),
+                }
+            )
+        return {
+            "rows": rows,
+            "recommended_max_train_steps": self.recommended_max_train_steps,
+            "fastest_lr": self.fastest_lr,
+            "provisional": self.provisional,
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
