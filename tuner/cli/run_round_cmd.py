@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from tuner.cli._console import err, error_line, out, plural
-from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, guarded
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, guarded
 from tuner.cli._phase_view import headline, trial_label, trial_name
 from tuner.errors import UsageError
 from tuner.output import shown_path
@@ -111,14 +114,47 @@ def _last_error_line(log: Path) -> str:
     return next((line.removeprefix("error: ") for line in reversed(lines) if line.startswith("error: ")), "")
 
 
+def _status_detail(folder: Path, label: str) -> str:
+    """What a stopped worker last wrote in its status file (``.workers/<label>.json``)."""
+    try:
+        status = json.loads((folder / ".workers" / f"{label}.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(status.get("detail", "")) if status.get("state") == "stopped" else ""
+
+
+def environment_errors(codes: dict[str, int], folder: Path) -> list[str]:
+    """What the workers that stopped on a fault of the machine (exit 2: a full disk, a read-only
+    folder) said, each once. A full disk may have kept a worker from writing its log: its status
+    file (written after it freed its reserve) or the free space left tells then."""
+    from tuner.orchestrate.disk_full import RESERVE_BYTES
+
+    said, silent = [], []
+    for label, code in sorted(codes.items()):
+        if code == EXIT_USAGE:
+            line = _last_error_line(folder / ".workers" / f"{label}.log") or _status_detail(folder, label)
+            (said if line else silent).append(line or label)
+    if silent and not any(line.startswith("disk full:") for line in said):
+        full = False
+        with contextlib.suppress(OSError):
+            full = shutil.disk_usage(folder).free <= RESERVE_BYTES
+        said += (
+            [f"disk full: {shown_path(folder)}"]
+            if full
+            else [f"worker {label} stopped on a fault of its environment (exit 2)" for label in silent]
+        )
+    return list(dict.fromkeys(said))
+
+
 def report_workers(codes: dict[str, int], folder: Path) -> bool:
-    """Say which local workers did not end normally (0, 1: failure budget, 130: interrupted).
+    """Say which local workers did not end normally (0, 1: failure budget, 2: a fault of the
+    machine, which ``environment_errors`` names, 130: interrupted).
 
     Returns whether any did: a worker that crashes is a bug, never a normal end of the phase.
     """
     crashed = False
     for label, code in sorted(codes.items()):
-        if code in (0, EXIT_FAILED, EXIT_INTERRUPTED):
+        if code in (0, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED):
             continue
         crashed = True
         log = shown_path(folder / ".workers" / f"{label}.log")
@@ -167,10 +203,18 @@ def diverged_line(snapshot: PhaseSnapshot) -> str:
 
 
 def summarize(
-    snapshot: PhaseSnapshot, codes: dict[str, int], folder: Path, phase: str, metric: str, *, crashed: bool
+    snapshot: PhaseSnapshot,
+    codes: dict[str, int],
+    folder: Path,
+    phase: str,
+    metric: str,
+    *,
+    crashed: bool,
+    environment: list[str] | None = None,
 ) -> None:
-    """Print the outcome; exit 70 if a worker crashed, 1 if the failure budget is spent, 130 if
-    the phase is unfinished, 0 when it is done or a stopping budget (timeout_h,
+    """Print the outcome; exit 70 if a worker crashed, 2 if workers stopped on a fault of the
+    machine (``environment``: what they said, e.g. a full disk), 1 if the failure budget is spent,
+    130 if the phase is unfinished, 0 when it is done or a stopping budget (timeout_h,
     stop_after_no_improvement) ended it: the reason is the workers' own rule, computed again."""
     counts, settings = snapshot.counts, snapshot.settings
     out.print(headline(snapshot, phase, metric))
@@ -188,6 +232,11 @@ def summarize(
                 "search range), add warmup, or clip gradients (grad_clip_norm)",
                 markup=False,
             )
+    if environment:
+        for line in environment:
+            error_line(escape(line))
+        err.print(f"stopped at {counts.finished}/{settings.max_trials} trials", markup=False)
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_USAGE)
     if counts.failed >= settings.max_failed:
         err.print(
             f"[red]stopped:[/] the failure budget is spent: {plural(counts.failed, 'trial')} failed "

@@ -3,11 +3,12 @@
 Reasons: ``crashed`` (an exception or a fatal signal), ``diverged`` (NaN/inf loss), ``timeout``
 (past the per-trial limit), ``stalled`` (no progress for a long multiple of its own step time,
 ``stall.py``), ``killed`` (SIGKILL, or a worker that stopped sending heartbeats),
-``oom`` (out of memory), and ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always
-continued). A retry is a new trial for the same slot with the same parameters and run folder,
+``oom`` (out of memory), ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always continued)
+and ``disk_full`` (the machine's fault, not the trial's: continued like an interruption,
+``disk_full.py``). A retry is a new trial for the same slot with the same parameters and run folder,
 so it resumes from the last checkpoint. ``diverged`` is never retried (it would diverge again);
 a retry that raises the very same exception is not retried again; other reasons get at most
-``max_retries`` retries. Interruptions do not count against ``max_retries``.
+``max_retries`` retries. Interruptions and full disks do not count against ``max_retries``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ class FailureReason(StrEnum):
     KILLED = "killed"
     OOM = "oom"
     INTERRUPTED = "interrupted"
+    DISK_FULL = "disk_full"
 
 
+# not the trial's fault: always continued, and no retry is spent on them
+FREE_RETRY = frozenset({FailureReason.INTERRUPTED, FailureReason.DISK_FULL})
 RETRYABLE = frozenset(
     {
         FailureReason.CRASHED,
@@ -48,6 +52,7 @@ RETRYABLE = frozenset(
         FailureReason.KILLED,
         FailureReason.OOM,
         FailureReason.INTERRUPTED,
+        FailureReason.DISK_FULL,
     }
 )
 
@@ -105,7 +110,7 @@ def latest_checkpoint_step(run_dir: str | Path | None) -> int | None:
 def _retry_allowed(trial: Any, reason: FailureReason, error: str, settings: PhaseSettings) -> bool:
     if reason not in RETRYABLE:
         return False
-    if reason == FailureReason.INTERRUPTED:
+    if reason in FREE_RETRY:
         return True
     if (
         reason in (FailureReason.CRASHED, FailureReason.OOM)
@@ -203,7 +208,7 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
         if failed.number in succeeded:
             continue
         reason = failed.user_attrs.get("failure_reason")
-        interrupted = reason == FailureReason.INTERRUPTED
+        interrupted = reason in FREE_RETRY
         error = failed.user_attrs.get("error")
         params = failed.system_attrs.get("fixed_params") or failed.params
         user_attrs = {
