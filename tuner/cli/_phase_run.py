@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from tuner.cli._console import err, error_line, plural, warning_line
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_USAGE
+from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.orchestrate import LocalWorker
@@ -49,6 +50,15 @@ class PhaseOutcome:
     snapshot: PhaseSnapshot
     codes: dict[str, int]
     crashed: bool
+
+
+def parse_devices(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    devices = [part.strip() for part in text.split(",") if part.strip()]
+    if not devices or not all(device.isdigit() for device in devices):
+        raise UsageError(f"--devices expects GPU ids like 0,1 — got {text!r}")
+    return devices
 
 
 def expected_trials(spec: Any, phase: str) -> int | None:
@@ -100,8 +110,8 @@ def run_phase(
     """Run the phase until its workers exit, then summarise it (``summarize`` raises
     ``typer.Exit`` for a failed, interrupted or crashed phase). ``before_summary`` sees the outcome
     first, whatever it is (sweep-lr prints its table there)."""
+    from tuner.cli._phase_outcome import environment_errors, report_workers, summarize
     from tuner.cli._phase_view import PhaseView, now
-    from tuner.cli.run_round_cmd import environment_errors, parse_devices, report_workers, summarize
     from tuner.orchestrate import LocalPool, local_workers
     from tuner.orchestrate.pool import check_devices
     from tuner.orchestrate.progress import PhaseWatcher

@@ -22,7 +22,7 @@ from typing import Any
 
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import DUPLICATE_ATTR
+from tuner.orchestrate.duplicates import counted, yield_duplicates
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
@@ -120,11 +120,6 @@ def _retry_allowed(trial: Any, reason: FailureReason, error: str, settings: Phas
     return int(trial.user_attrs.get("retries_used", 0)) < settings.max_retries
 
 
-def counted(trials: list[Any]) -> list[Any]:
-    """The trials that count: those that lost a race for their slot are left out."""
-    return [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
-
-
 def fail_trial(
     storage: Any,
     study: Any,
@@ -153,8 +148,6 @@ def fail_trial(
         _fail_once, storage, study, trial_id, reason, error, settings, attrs, lost, enqueued
     )
     if lost and enqueued:  # another worker may have enqueued the same retry meanwhile
-        from tuner.orchestrate.claim import yield_duplicates
-
         yield_duplicates(storage, study, enqueued)
     return failed_here
 
