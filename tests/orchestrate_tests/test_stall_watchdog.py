@@ -37,7 +37,7 @@ def test_a_trial_that_stops_stepping_is_killed_as_stalled_without_a_trial_timeou
         assert trial.state.name == "FAIL"
         assert trial.user_attrs["failure_reason"] == "stalled"
         assert "no training step for" in trial.user_attrs["error"]
-        assert "at step 4" in trial.user_attrs["error"]  # the last step it finished
+        assert "after step 4" in trial.user_attrs["error"]  # the last step it finished
         run_dir = Path(trial.user_attrs["run_dir"])
         status = json.loads((run_dir / "status.json").read_text())
         assert status["status"] == "failed" and status["failure_reason"] == "stalled"

@@ -18,7 +18,8 @@ import typer
 from rich.markup import escape
 
 from tuner.cli._console import err, error_line, plural, warning_line
-from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_USAGE
+from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.orchestrate import LocalWorker
@@ -49,6 +50,15 @@ class PhaseOutcome:
     snapshot: PhaseSnapshot
     codes: dict[str, int]
     crashed: bool
+
+
+def parse_devices(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    devices = [part.strip() for part in text.split(",") if part.strip()]
+    if not devices or not all(device.isdigit() for device in devices):
+        raise UsageError(f"--devices expects GPU ids like 0,1 — got {text!r}")
+    return devices
 
 
 def expected_trials(spec: Any, phase: str) -> int | None:
@@ -100,8 +110,8 @@ def run_phase(
     """Run the phase until its workers exit, then summarise it (``summarize`` raises
     ``typer.Exit`` for a failed, interrupted or crashed phase). ``before_summary`` sees the outcome
     first, whatever it is (sweep-lr prints its table there)."""
+    from tuner.cli._phase_outcome import environment_errors, report_workers, summarize
     from tuner.cli._phase_view import PhaseView, now
-    from tuner.cli.run_round_cmd import parse_devices, report_workers, summarize
     from tuner.orchestrate import LocalPool, local_workers
     from tuner.orchestrate.pool import check_devices
     from tuner.orchestrate.progress import PhaseWatcher
@@ -179,6 +189,7 @@ def run_phase(
     for error in pool.tick_errors[:1]:
         warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
     crashed = report_workers(codes, started.folder)
+    environment = environment_errors(codes, started.folder)
     try:
         final = watcher.snapshot()  # each read waits out an outage ($TUNER_STORAGE_OUTAGE_S)
     except Exception as error:
@@ -191,9 +202,10 @@ def run_phase(
                 "it shows the summary (finished trials are not run again)"
             )
         )
-        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_FAILED) from None
+        code = EXIT_INTERNAL if crashed else EXIT_USAGE if environment else EXIT_FAILED
+        raise typer.Exit(code) from None
     outcome = PhaseOutcome(started, final, codes, crashed)
     if before_summary is not None:
         before_summary(outcome)
-    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed)
+    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed, environment=environment)
     return outcome

@@ -130,7 +130,7 @@ def estimate(
     ),
 ) -> None:
     """Estimate each phase's cost and days from measured trials, else a timed probe."""
-    from tuner.cli.run_round_cmd import parse_devices
+    from tuner.cli._phase_run import parse_devices
     from tuner.orchestrate import resolve_storage_url
     from tuner.playbook.estimate import estimate as compute
     from tuner.spec import load_study

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
+from rich.markup import escape
 
-from tuner.cli._console import err, out, plural
-from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
+from tuner.cli._console import err, error_line, out, plural
+from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, guarded
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
+from tuner.orchestrate.disk_full import DiskFull
 from tuner.orchestrate.pool import DIE_WITH_PARENT_ENV
 
 PHASE_WAIT_S = 300.0
+
+
+def _exit_disk_full(full: DiskFull) -> NoReturn:
+    """Exit 2 even though the error line may not fit on the disk that holds our log (``run-round``
+    then reads the reason from the worker's status file, written after the reserve was freed)."""
+    with contextlib.suppress(OSError, ValueError):
+        error_line(escape(str(full)))
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(EXIT_USAGE)
 
 
 def _stop_if_signalled(signals: SignalFlag) -> None:
@@ -133,24 +146,31 @@ def worker(
     stored = load_stored_plan(opened_phase)
     check_against_plan(loaded, stored, opened_phase.study_name)
     plan = phase_plan(loaded, stored, output_dir)
-    result = run_worker(
-        WorkerOptions(
-            storage_url=url,
-            study=spec.name,
-            phase=phase,
-            phase_dir=phase_dir(output_dir, spec.name, phase),
-            search_space=plan.search_space(),
-            make_job=plan.make_job,
-            params_for_slot=plan.params_for_slot,
-            code_dir=loaded.base_dir,
-            threads=threads,
-            label=label or "",
-            sampler=plan.sampler(),
-            on_trial_end=None if quiet else lambda trial: out.print(trial_line(trial, spec.objective.metric)),
-        ),
-        opened,
-        signals,
-    )
+
+    def report_trial(trial: Any) -> None:
+        out.print(trial_line(trial, spec.objective.metric))
+
+    try:
+        result = run_worker(
+            WorkerOptions(
+                storage_url=url,
+                study=spec.name,
+                phase=phase,
+                phase_dir=phase_dir(output_dir, spec.name, phase),
+                search_space=plan.search_space(),
+                make_job=plan.make_job,
+                params_for_slot=plan.params_for_slot,
+                code_dir=loaded.base_dir,
+                threads=threads,
+                label=label or "",
+                sampler=plan.sampler(),
+                on_trial_end=None if quiet else report_trial,
+            ),
+            opened,
+            signals,
+        )
+    except DiskFull as full:
+        _exit_disk_full(full)
     detail = f": {result.message}" if result.message else ""
     out.print(f"worker: {plural(result.trials_run, 'trial')} run; {result.outcome}{detail}")
     if result.outcome == "failed":

@@ -10,25 +10,26 @@ Two things make a claim safe when the storage misbehaves:
   created a duplicate (the other held a valid lock and saw everything committed before it), so
   that side *yields*: under a fresh lock, if another counted trial has the same slot and
   attempt, it marks its own trial ``duplicate_of`` (counted for nothing) and fails it. If both
-  sides lost their locks, the fresh lock serialises the two checks: exactly one survives.
+  sides lost their locks, the fresh lock serialises the two checks: exactly one survives
+  (``duplicates.py``).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import DUPLICATE_ATTR, Action, Decision, count_trials, decide
-from tuner.orchestrate.failures import counted, enqueue_missing_retries
+from tuner.orchestrate.budget import Action, Decision, count_trials, decide
+from tuner.orchestrate.duplicates import RECONCILE_ATTEMPTS, counted, yield_duplicates
+from tuner.orchestrate.failures import enqueue_missing_retries
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings, storage_clock
 from tuner.orchestrate.storage import with_retries
 
 TOKEN_ATTR = "claim_token"
-RECONCILE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -137,45 +138,3 @@ class Claimer:
             return bool(self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
         except UpdateFinishedTrialError:
             return False
-
-
-def _key(trial: Any) -> tuple[int, int]:
-    return int(trial.user_attrs.get("slot", trial.number)), int(trial.user_attrs.get("attempt", 0))
-
-
-def yield_duplicates(storage: Any, study: Any, numbers: Iterable[int]) -> list[int]:
-    """After a lost lock: fail each of our trials ``numbers`` that another counted trial
-    duplicates (same slot and attempt), marking it ``duplicate_of``. Returns those yielded."""
-    wanted = set(numbers)
-    yielded: list[int] = []
-    for _ in range(RECONCILE_ATTEMPTS):
-        lost = LostLocks()
-        yielded = with_retries(_yield_once, storage, study, wanted, lost)
-        if not lost:
-            break
-    return yielded
-
-
-def _yield_once(storage: Any, study: Any, wanted: set[int], lost: LostLocks) -> list[int]:
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    yielded = []
-    with lost.watch(phase_lock(storage, study.study_name)):
-        trials = study.get_trials(deepcopy=False)
-        live = counted(trials)
-        for ours in (t for t in trials if t.number in wanted):
-            if DUPLICATE_ATTR in ours.user_attrs:
-                yielded.append(ours.number)  # an earlier try of this call got through
-                continue
-            others = [t.number for t in live if t.number != ours.number and _key(t) == _key(ours)]
-            if not others:
-                continue
-            trial_id = adapter.trial_id(storage, study, ours.number)
-            try:
-                storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, min(others))
-                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-            except UpdateFinishedTrialError:
-                pass
-            yielded.append(ours.number)
-    return yielded

@@ -3,11 +3,12 @@
 Reasons: ``crashed`` (an exception or a fatal signal), ``diverged`` (NaN/inf loss), ``timeout``
 (past the per-trial limit), ``stalled`` (no progress for a long multiple of its own step time,
 ``stall.py``), ``killed`` (SIGKILL, or a worker that stopped sending heartbeats),
-``oom`` (out of memory), and ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always
-continued). A retry is a new trial for the same slot with the same parameters and run folder,
+``oom`` (out of memory), ``interrupted`` (Ctrl-C or SIGTERM: a clean stop, always continued)
+and ``disk_full`` (the machine's fault, not the trial's: continued like an interruption,
+``disk_full.py``). A retry is a new trial for the same slot with the same parameters and run folder,
 so it resumes from the last checkpoint. ``diverged`` is never retried (it would diverge again);
 a retry that raises the very same exception is not retried again; other reasons get at most
-``max_retries`` retries. Interruptions do not count against ``max_retries``.
+``max_retries`` retries. Interruptions and full disks do not count against ``max_retries``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import DUPLICATE_ATTR
+from tuner.orchestrate.duplicates import counted, yield_duplicates
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
@@ -38,8 +39,11 @@ class FailureReason(StrEnum):
     KILLED = "killed"
     OOM = "oom"
     INTERRUPTED = "interrupted"
+    DISK_FULL = "disk_full"
 
 
+# not the trial's fault: always continued, and no retry is spent on them
+FREE_RETRY = frozenset({FailureReason.INTERRUPTED, FailureReason.DISK_FULL})
 RETRYABLE = frozenset(
     {
         FailureReason.CRASHED,
@@ -48,6 +52,7 @@ RETRYABLE = frozenset(
         FailureReason.KILLED,
         FailureReason.OOM,
         FailureReason.INTERRUPTED,
+        FailureReason.DISK_FULL,
     }
 )
 
@@ -105,7 +110,7 @@ def latest_checkpoint_step(run_dir: str | Path | None) -> int | None:
 def _retry_allowed(trial: Any, reason: FailureReason, error: str, settings: PhaseSettings) -> bool:
     if reason not in RETRYABLE:
         return False
-    if reason == FailureReason.INTERRUPTED:
+    if reason in FREE_RETRY:
         return True
     if (
         reason in (FailureReason.CRASHED, FailureReason.OOM)
@@ -113,11 +118,6 @@ def _retry_allowed(trial: Any, reason: FailureReason, error: str, settings: Phas
     ):
         return False  # the same exception twice: deterministic, another retry would only repeat it
     return int(trial.user_attrs.get("retries_used", 0)) < settings.max_retries
-
-
-def counted(trials: list[Any]) -> list[Any]:
-    """The trials that count: those that lost a race for their slot are left out."""
-    return [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
 
 
 def fail_trial(
@@ -148,8 +148,6 @@ def fail_trial(
         _fail_once, storage, study, trial_id, reason, error, settings, attrs, lost, enqueued
     )
     if lost and enqueued:  # another worker may have enqueued the same retry meanwhile
-        from tuner.orchestrate.claim import yield_duplicates
-
         yield_duplicates(storage, study, enqueued)
     return failed_here
 
@@ -203,7 +201,7 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
         if failed.number in succeeded:
             continue
         reason = failed.user_attrs.get("failure_reason")
-        interrupted = reason == FailureReason.INTERRUPTED
+        interrupted = reason in FREE_RETRY
         error = failed.user_attrs.get("error")
         params = failed.system_attrs.get("fixed_params") or failed.params
         user_attrs = {

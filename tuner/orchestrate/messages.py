@@ -77,6 +77,7 @@ class Exited:
 
     exitcode: int | None
     signals: int = 0
+    unresponsive_s: float | None = None  # killed for not obeying a stop within this many seconds
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,13 @@ class Recorder:
                 reason, message = FailureReason.STALLED, outcome.message
             case Exited():
                 reason, message = describe_exit(outcome.exitcode)
-                if outcome.signals:
+                if outcome.unresponsive_s is not None:
+                    reason = FailureReason.INTERRUPTED
+                    message = (
+                        f"stopped by a signal: it showed no progress {outcome.unresponsive_s:.0f} s later "
+                        "(hung in workload code?) and was killed; it resumes from its last checkpoint"
+                    )
+                elif outcome.signals:
                     reason = FailureReason.INTERRUPTED
                     message = f"stopped by a signal before it could checkpoint ({message})"
         if isinstance(outcome, Stalled) and outcome.stacks:  # where it hung, before the tail

@@ -113,14 +113,15 @@ class Stalled:
     limit_s: float
     step: int
     median_step_s: float
+    rule: StallRule
     stacks: str = ""  # where it hung (faulthandler's dump), when the child could say
 
     @property
     def message(self) -> str:
         return (
-            f"stalled: no training step for {self.idle_s:.0f} s at step {self.step} "
-            f"(limit {self.limit_s:.0f} s: the larger of the study's stall_multiple x the trial's "
-            f"median step of {self.median_step_s:.3g} s and stall_min_s); killed"
+            f"no training step for {self.idle_s:.0f} s after step {self.step}, over the limit of "
+            f"{self.limit_s:.3g} s = max(stall_multiple {self.rule.multiple:g} x median step "
+            f"{self.median_step_s:.3g} s, stall_min_s {self.rule.min_s:g} s); killed"
         )
 
 
@@ -131,7 +132,7 @@ def check_stall(beacon: ProgressBeacon, rule: StallRule, now: float | None = Non
     if limit is None or median is None or not beacon.last_mark:
         return None
     idle = (time.monotonic() if now is None else now) - beacon.last_mark
-    return Stalled(idle, limit, beacon.step, median) if idle > limit else None
+    return Stalled(idle, limit, beacon.step, median, rule) if idle > limit else None
 
 
 def dump_stacks(pid: int, log: Path) -> str:

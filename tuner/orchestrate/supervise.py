@@ -103,6 +103,7 @@ def supervise(
                 outcome = dataclasses.replace(stalled, stacks=_stacks(child, job))
             if signals.count and stopping.overdue():
                 child.kill()  # hung where it cannot obey: the pipe's end then ends this loop
+                stopping.killed = True
             if signals.count > signals_seen and (ready or signals.count > 1):
                 signals_seen = signals.count
                 if child.pid is not None and child.is_alive():
@@ -122,7 +123,7 @@ def supervise(
         child.kill()
     _join(child, beat)
     if outcome is None:
-        outcome = Exited(child.exitcode, signals.count)
+        outcome = Exited(child.exitcode, signals.count, stopping.waited_s() if stopping.killed else None)
     return outcome
 
 
@@ -133,6 +134,10 @@ class _StopClock:
         self.beacon = beacon
         self.asked_at: float | None = None
         self.marks = 0
+        self.killed = False
+
+    def waited_s(self) -> float:
+        return time.monotonic() - self.asked_at if self.asked_at is not None else 0.0
 
     def overdue(self) -> bool:
         now = time.monotonic()

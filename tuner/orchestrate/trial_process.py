@@ -23,6 +23,7 @@ from typing import Any
 
 from tuner._lifetime import die_with_parent
 from tuner.errors import TunerError
+from tuner.orchestrate.disk_full import disk_full_path
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
 from tuner.orchestrate.stall import STACKS_SIGNAL, ProgressBeacon
@@ -184,11 +185,14 @@ def trial_main(
             sys.stderr.flush()
             os.kill(os.getpid(), error.signum)
         oom = is_out_of_memory(error) or getattr(error, "out_of_memory", False)
+        full = disk_full_path(error, job.run_dir)
         reason = FailureReason.OOM if oom else FailureReason.CRASHED
         # tuner's own errors (e.g. "the workload raised KeyError ... at my_workload.py:7") say
         # what they are; a class name in front would only repeat it
         text = str(error) if isinstance(error, TunerError) else f"{type(error).__name__}: {error}"
         summary = (text.strip().splitlines() or [type(error).__name__])[0][:500]
+        if full is not None:  # the machine's fault: the worker stops, the trial continues later
+            reason, summary = FailureReason.DISK_FULL, f"disk full: {full} ({summary})"[:500]
         connection.send(Errored(reason, summary))
         sys.stderr.flush()
         os._exit(1)

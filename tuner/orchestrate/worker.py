@@ -30,8 +30,16 @@ from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.budget import Action, Decision
 from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
-from tuner.orchestrate.failures import FailureReason, fail_stale_trials, save_error_log
+from tuner.orchestrate.disk_full import DiskFull, SpaceReserve, disk_full_path
+from tuner.orchestrate.failures import (
+    FailureReason,
+    fail_stale_trials,
+    fail_trial,
+    save_error_log,
+    settle_folder_status,
+)
 from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
+from tuner.orchestrate.messages import Errored
 from tuner.orchestrate.outage import recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
@@ -109,36 +117,55 @@ class Worker:
         self.signals = signals or SignalFlag()  # the caller's, if it counted signals while starting
         self.claimer = Claimer(self.storage, self.study, self._new_slot)
         self._prepared: dict[int, TrialJob] = {}  # slot -> job, for slots created complete
+        self.reserve = SpaceReserve(self.status_file.with_suffix(".reserve"))  # see disk_full.py
+        self._current: tuple[int, PhaseSettings, Path | None] | None = None  # trial being run
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> WorkerResult:
         """Serve the phase until its budget is met, its failure budget is spent, a stopping
-        budget runs out, or a signal."""
+        budget runs out, or a signal. A full disk raises ``DiskFull`` once the trial it stopped
+        is recorded as such (``disk_full.py``)."""
+        with self.signals, self.reserve:
+            try:
+                return self._serve()
+            except DiskFull as full:
+                self._write_status("stopped", str(full))
+                raise
+            except Exception as error:
+                path = disk_full_path(error, self._storage_place())
+                if path is None:
+                    raise
+                self.reserve.release()  # room for the last records
+                self._settle_current(path)
+                full = DiskFull(path)
+                self._write_status("stopped", str(full))
+                raise full from None
+
+    def _serve(self) -> WorkerResult:
         trials_run = 0
         next_stale_check = 0.0
         grace = heartbeat_settings()[1]
-        with self.signals:
-            while not self.signals.count:
-                attrs = with_retries(lambda: self.study.user_attrs)
-                settings = PhaseSettings.from_attrs(attrs)
-                # trials go stale in grace periods, not ms; and none looks stale just after an outage
-                # long enough to have kept every worker from beating: they get a grace to beat again
-                after_outage = recovered_within(grace, longer_than=grace / 2)
-                if time.monotonic() >= next_stale_check and not after_outage:
-                    with_retries(fail_stale_trials, self.storage, self.study, settings)
-                    next_stale_check = time.monotonic() + self.heartbeat_s
-                claimed = self.claimer.claim(settings, window_started_at(attrs))
-                if isinstance(claimed, Decision):
-                    if claimed.action in (Action.DONE, Action.FAILED, Action.STOPPED):
-                        self._write_status("finished", claimed.reason)
-                        return WorkerResult(PhaseEnd(claimed.action), claimed.reason, trials_run)
-                    self._write_status("waiting", claimed.reason)
-                    self.signals.sleep(self.options.poll_s)
-                    continue
-                self._run_trial(claimed, settings)
-                trials_run += 1
-                if self.options.on_trial_end is not None:
-                    self.options.on_trial_end(with_retries(self.storage.get_trial, claimed.trial_id))
+        while not self.signals.count:
+            attrs = with_retries(lambda: self.study.user_attrs)
+            settings = PhaseSettings.from_attrs(attrs)
+            # trials go stale in grace periods, not ms; and none looks stale just after an outage
+            # long enough to have kept every worker from beating: they get a grace to beat again
+            after_outage = recovered_within(grace, longer_than=grace / 2)
+            if time.monotonic() >= next_stale_check and not after_outage:
+                with_retries(fail_stale_trials, self.storage, self.study, settings)
+                next_stale_check = time.monotonic() + self.heartbeat_s
+            claimed = self.claimer.claim(settings, window_started_at(attrs))
+            if isinstance(claimed, Decision):
+                if claimed.action in (Action.DONE, Action.FAILED, Action.STOPPED):
+                    self._write_status("finished", claimed.reason)
+                    return WorkerResult(PhaseEnd(claimed.action), claimed.reason, trials_run)
+                self._write_status("waiting", claimed.reason)
+                self.signals.sleep(self.options.poll_s)
+                continue
+            self._run_trial(claimed, settings)
+            trials_run += 1
+            if self.options.on_trial_end is not None:
+                self.options.on_trial_end(with_retries(self.storage.get_trial, claimed.trial_id))
         self._write_status("stopped", "interrupted")
         return WorkerResult(PhaseEnd.INTERRUPTED, "stopped by a signal", trials_run)
 
@@ -204,8 +231,36 @@ class Worker:
     def _run_trial(self, claimed: Claimed, settings: PhaseSettings) -> None:
         """Beat, prepare, supervise, record. The heartbeat thread runs from the claim until the
         outcome is recorded: preparing and recording may wait out storage retries too."""
+        run_dir = claimed.trial.user_attrs.get("run_dir")
+        self._current = (claimed.trial_id, settings, Path(run_dir) if run_dir else None)
         with HeartbeatThread(self.storage, claimed.trial_id, self.heartbeat_s) as beat:
             self._prepare_and_run(claimed, settings, beat)
+        self._current = None  # kept on an error: ``run`` may still have to record it
+
+    def _storage_place(self) -> str:
+        """Where the storage keeps its data, as a full disk is named."""
+        from sqlalchemy.engine import make_url
+
+        from tuner.orchestrate.storage import redact_url
+
+        url = self.options.storage_url
+        with contextlib.suppress(Exception):
+            parsed = make_url(url)
+            if parsed.get_backend_name() == "sqlite" and parsed.database:
+                return parsed.database
+        return f"the storage's server ({redact_url(url)})"
+
+    def _settle_current(self, path: str) -> None:
+        """The trial a full disk stopped (the child is already gone): ``disk_full``, continued
+        later without spending a retry. Best effort: the disk may refuse this too."""
+        if self._current is None:
+            return
+        trial_id, settings, run_dir = self._current
+        message = f"disk full: {path}"
+        with contextlib.suppress(Exception):
+            fail_trial(self.storage, self.study, trial_id, FailureReason.DISK_FULL, message, settings)
+            if run_dir is not None:
+                settle_folder_status(run_dir, FailureReason.DISK_FULL, message)
 
     def _prepare_and_run(self, claimed: Claimed, settings: PhaseSettings, beat: HeartbeatThread) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
@@ -261,7 +316,13 @@ class Worker:
             beat=beat,
             on_message=recorder.on_message,
         )
+        self._current = (claimed.trial_id, settings, run_dir)
+        full = isinstance(outcome, Errored) and outcome.reason == FailureReason.DISK_FULL
+        if full:
+            self.reserve.release()  # room for the records below
         recorder.record(outcome, run_dir, settings)
+        if full:
+            raise DiskFull(outcome.message.removeprefix("disk full: ").partition(" (")[0])
 
     def _folder_freed(self, run_dir: Path, beat: HeartbeatThread) -> bool:
         """Wait (up to a heartbeat grace) for another process to let go of ``run_dir``."""
