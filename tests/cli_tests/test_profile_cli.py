@@ -239,7 +239,7 @@ def test_augmentation_is_timed_as_part_of_computing(tmp_path: Path) -> None:
 
 def test_ctrl_c_writes_no_trace_and_leaves_no_run_folder(tmp_path: Path) -> None:
     study = _slow_study(tmp_path)
-    process = subprocess.Popen(
+    process = spawn(
         [sys.executable, "-m", "tuner", "profile", str(study), "--steps", "100000", "--output-dir", "runs"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
