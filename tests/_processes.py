@@ -143,13 +143,19 @@ def descendants(pid: int) -> list[int]:
 
 
 def kill_group(process: subprocess.Popen[Any]) -> None:
-    """SIGKILL ``process``'s group and every descendant (a worker in a session of its own too)."""
-    below = descendants(process.pid) if process.poll() is None else []
-    for kill in (lambda: os.killpg(process.pid, signal.SIGKILL), *[_killer(pid) for pid in below]):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=30)
+    """SIGKILL ``process``'s group and every descendant (a worker in a session of its own too).
+
+    Only while ``process`` is not yet reaped (alive, or a zombie): its pid, which is its group's
+    id, is then still ours. Once reaped, the pid may already name another process group (pids
+    wrap at 32768 on a busy machine), and a ``killpg`` would kill a stranger's processes.
+    """
+    if process.returncode is None:  # not reaped: the pid (and the group id) are still ours
+        below = descendants(process.pid)
+        for kill in (lambda: os.killpg(process.pid, signal.SIGKILL), *[_killer(pid) for pid in below]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
     for stream in (process.stdout, process.stderr, process.stdin):
         if stream is not None:
             stream.close()
