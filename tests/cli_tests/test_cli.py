@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import PATIENCE_S
 from tests.spec_tests._support import REPO, invoke, plain, single_error
 from tuner.spec import CategoricalParam, load_study
 from tuner.spec._templates import template_names
@@ -59,7 +60,7 @@ def _heavy_modules_after(*args: str) -> str:
         text=True,
         cwd=REPO,
         env={**os.environ, "TUNER_DEBUG": ""},
-        timeout=60,
+        timeout=PATIENCE_S,  # a python start-up and imports, on a machine maybe at load 20
         check=False,
     )
     assert proc.returncode == 0, proc.stderr

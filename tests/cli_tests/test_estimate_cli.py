@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,8 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_probe_on_the_digits_mlp_prints_every_phase_and_creates_no_storage(tmp_path: Path) -> None:
-    started = time.perf_counter()
     result = invoke("estimate", DIGITS, "--output-dir", "runs", "--workers", "2", "--probe-steps", "10")
-    elapsed = time.perf_counter() - started
     assert result.exit_code == 0, result.output
-    assert elapsed < 10, f"the probe took {elapsed:.1f} s"
     text = plain(result.stdout)
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
     assert rows["sweep-lr"][1:3] == ["6", "<=2000"]  # the study's 6 grid points, capped at 2000 steps

@@ -12,10 +12,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from tests._processes import spawn, wait_for
 from tests.spec_tests._support import REPO, invoke, plain, single_error
 from tuner.cli.profile_cmd import describe
 from tuner.train.profile import INPUT_BOUND_SHARE, SKIPPED_STEPS, Bound, ProfileResult, StepTimes
@@ -148,6 +150,72 @@ def test_the_digits_mlp_is_compute_bound(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()  # an explicit --output: nothing in the output folder
 
 
+#: a process that spins on one core (the machine's other users)
+HOG = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """This thread (where the in-process profile trains) shares one core with 3 spinning processes:
+    a load of 4 on that core, whatever the rest of the machine does."""
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    hogs = [spawn([sys.executable, "-c", HOG, str(core)]) for _ in range(3)]
+    wait_for(lambda: all(_cpu_seconds(h.pid) > 0.1 for h in hogs), what="the hogs to spin")
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)  # the hogs are killed with the test (tests._processes)
+
+
+def test_a_busy_core_neither_flips_the_digits_verdict_nor_goes_unsaid(
+    tmp_path: Path, busy_core: None
+) -> None:
+    result = invoke("profile", str(REPO / "studies" / "digits-mlp.yaml"), "--output", "t.json", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["busy"] is True and report["core_wait_share"] > 0.25, report
+    assert report["bound"] == "compute-bound" and report["verdict_reliable"] is True, report
+    # the wait for the core is left out of the shares, which still add up
+    assert sum(report["shares"].values()) == pytest.approx(1.0)
+
+
+def test_a_busy_machine_is_said_and_its_wait_for_a_core_left_out_of_the_verdict() -> None:
+    # 40% of the wall time in data, but 3 of its 4 ms were spent waiting for a core
+    busy = _result((0.010, 0.010), data=0.004, core_wait=0.005, data_core_wait=0.003,
+                   core_wait_measured=True, load_average=7.5, cores=2)  # fmt: skip
+    assert busy.busy and busy.verdict_reliable and busy.bound is Bound.COMPUTE
+    assert busy.data_share == pytest.approx(0.2) and busy.core_wait_share == pytest.approx(0.5)
+    text = "\n".join(describe(busy))
+    assert (
+        "note         machine busy (load average 7.5 on 2 cores): the training thread waited for a CPU core"
+        " 50% of the time;\n             the shares, their times and the verdict leave that wait out" in text
+    ), text
+    assert "unreliable" not in text and "verdict      compute-bound" in text
+    quiet = _result((0.010, 0.010), data=0.001, core_wait=0.001, core_wait_measured=True, load_average=9.0)
+    assert not quiet.busy and "machine busy" not in "\n".join(describe(quiet))
+
+
+def test_a_busy_machine_whose_wait_for_a_core_cannot_be_measured_calls_its_verdict_unreliable() -> None:
+    unmeasured = _result((0.010, 0.010), data=0.004, load_average=20.0, cores=2)
+    assert unmeasured.busy and not unmeasured.verdict_reliable
+    text = "\n".join(describe(unmeasured))
+    assert (
+        "machine busy (load average 20.0 on 2 cores), and the wait for a CPU core cannot be measured" in text
+    )
+    assert "verdict unreliable; re-run on a quiet machine" in text
+    verdict = "INPUT-BOUND: waiting for data is 40.0% of step time (input-bound above 20%)"
+    assert f"{verdict}; unreliable: machine busy" in text, text
+    calm = _result((0.010, 0.010), data=0.004, load_average=1.5, cores=2)
+    assert not calm.busy and calm.verdict_reliable and "machine busy" not in "\n".join(describe(calm))
+
+
 def test_a_multi_process_study_is_profiled_as_one_process_on_its_share_of_the_batch(tmp_path: Path) -> None:
     study = _slow_study(tmp_path)
     overrides = ["--set", "processes_per_trial=2", "--set", "workload.seconds_per_item=0"]
@@ -171,7 +239,7 @@ def test_augmentation_is_timed_as_part_of_computing(tmp_path: Path) -> None:
 
 def test_ctrl_c_writes_no_trace_and_leaves_no_run_folder(tmp_path: Path) -> None:
     study = _slow_study(tmp_path)
-    process = subprocess.Popen(
+    process = spawn(
         [sys.executable, "-m", "tuner", "profile", str(study), "--steps", "100000", "--output-dir", "runs"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -231,9 +299,12 @@ def test_help_states_the_threshold_and_the_warm_up_steps() -> None:
     assert f"after {SKIPPED_STEPS} warm-up steps that are not measured" in text, text
 
 
-def _result(step_seconds: tuple[float, ...], data: float, threads: int = 2) -> ProfileResult:
+def _result(step_seconds: tuple[float, ...], data: float, threads: int = 2, **busy: Any) -> ProfileResult:
     mean = sum(step_seconds) / len(step_seconds)
-    times = StepTimes(step=mean, data=data, augment=0.0, forward=0.0, backward=0.0, optimizer=0.0, sync=0.0)
+    waits = {k: busy.pop(k) for k in ("core_wait", "data_core_wait") if k in busy}
+    times = StepTimes(
+        step=mean, data=data, augment=0.0, forward=0.0, backward=0.0, optimizer=0.0, sync=0.0, **waits
+    )
     return ProfileResult(
         study="s",
         trace_path=Path("trace.json"),
@@ -248,6 +319,7 @@ def _result(step_seconds: tuple[float, ...], data: float, threads: int = 2) -> P
         times=times,
         top_operators=(),
         step_seconds=step_seconds,
+        **busy,
     )
 
 

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study
+
+MEASURED = "<measured>"
+
+
+def _trial_timeout_for_this_machine(folder: Path) -> int:
+    """4x the time a healthy toy trial takes on this machine at this moment (at least 6 s).
+
+    Measured as a whole ``tuner train`` of the same study: its interpreter start-up and imports
+    make it longer than a trial forked from a worker, so the healthy trials of the round finish
+    within the limit however loaded the machine is, while the hanging one still times out.
+    """
+    study = toy_study(folder)
+    started = time.monotonic()
+    done = run_tuner("train", str(study), "--output-dir", str(folder / "runs"), "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return max(6, math.ceil(4 * (time.monotonic() - started)))
 
 
 @pytest.mark.parametrize(
@@ -17,14 +35,17 @@ from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, 
         ("oom", "oom", "MemoryError: toy workload out of memory", ()),
         ("alloc", "oom", "can't allocate memory", ()),  # a real failed allocation, not a MemoryError
         ("raise_at_step", "crashed", "RuntimeError: toy workload fails at step 5", ()),
-        # the limit applies to the healthy trials too: ~20x what one takes on a quiet machine (6 s
-        # timed healthy trials out at a load of 6 on 2 cores)
-        ("hang", "timeout", "no result within the 25 s trial timeout", ("--trial-timeout", "25")),
+        # the limit applies to the healthy trials too: a multiple of what one takes here, now
+        ("hang", "timeout", "no result within the {} s trial timeout", ("--trial-timeout", MEASURED)),
     ],
 )
 def test_a_dying_trial_is_recorded_with_its_reason_and_the_next_trial_still_runs(
     tmp_path: Path, output_dir: Path, fail: str, reason: str, error: str, extra: tuple[str, ...]
 ) -> None:
+    if MEASURED in extra:
+        limit = _trial_timeout_for_this_machine(tmp_path / "measure")
+        extra = tuple(str(limit) if arg == MEASURED else arg for arg in extra)
+        error = error.format(limit)
     space = {"workload.fail": {"type": "categorical", "choices": [fail, ""]}}
     study = toy_study(tmp_path, options={"fail": "", "fail_at_step": 5}, search_space=space)
     done = run_tuner(

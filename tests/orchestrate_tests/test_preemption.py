@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from tests._processes import finish, wait_for
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -24,16 +28,32 @@ from tuner.spec import load_study
 
 SLOW = {"step_sleep_s": 0.03}  # 60 steps ~ 2 s per trial: long enough to be caught mid-run
 QUICK_GRACE = {"TUNER_HEARTBEAT_GRACE_S": "6"}  # a dead worker's trial is retried after 6 s, not 12
+GRACE_BEATS = 4  # a measured grace: this many of the longest beat seen (see measured_grace)
 
 
-def _wait_for(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def measured_grace(url: str, sample_s: float = 4.0, floor_s: int = 4) -> dict[str, str]:
+    """``TUNER_HEARTBEAT_GRACE_S`` for workers started now: ``GRACE_BEATS`` x the longest interval
+    seen between two heartbeats of a running trial over ``sample_s`` (the 1 s beat, as late as
+    this machine's load makes it at the moment), at least ``floor_s``.
+
+    A fixed grace of a few beats declares live trials dead on a busy machine, whose heartbeat
+    threads and SQLite writes wait for a core; one measured on the spot holds there and stays
+    short (fast takeovers) on a quiet one.
+    """
+    path = url.split("sqlite:///", 1)[1]
+    seen: dict[int, tuple[str, float]] = {}  # trial id -> (its last beat, when we saw it change)
+    longest, end = 1.0, time.monotonic() + sample_s
+    while time.monotonic() < end:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)) as db:
+            rows = db.execute("SELECT trial_id, heartbeat FROM trial_heartbeats").fetchall()
+        now = time.monotonic()
+        for trial_id, beat in rows:
+            if trial_id in seen and seen[trial_id][0] != beat:
+                longest = max(longest, now - seen[trial_id][1])
+            if seen.get(trial_id, ("",))[0] != beat:
+                seen[trial_id] = (beat, now)
+        time.sleep(0.1)
+    return {"TUNER_HEARTBEAT_GRACE_S": str(max(floor_s, math.ceil(GRACE_BEATS * longest)))}
 
 
 def _trials(url: str) -> list[Any]:
@@ -44,6 +64,11 @@ def _trials(url: str) -> list[Any]:
         return load_phase(url, "toy").trials
     except KeyError:  # the file exists, the phase not yet
         return []
+
+
+def _progress(url: str) -> tuple[tuple[int, str], ...]:
+    """Each trial's state: what changes while a phase gets on (``finish`` waits while it does)."""
+    return tuple((t.number, t.state.name) for t in _trials(url))
 
 
 def _worker_status(output_dir: Path, label: str) -> dict[str, Any]:
@@ -95,15 +120,18 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
     study = toy_study(tmp_path, options=SLOW, round1={"trials": 8, "steps": 60, "max_retries": 6})
     start_round(load_study(study), "round-1", output_dir)
     workers: dict[str, subprocess.Popen[str]] = {}
+    url = sqlite_url(output_dir)
 
-    def start(label: str) -> None:
+    def start(label: str, env: dict[str, str]) -> None:
         workers[label] = start_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
-            env=tuner_env(**QUICK_GRACE),
+            env=env,
         )  # fmt: skip
 
-    start("w0")
-    start("w1")
+    start("w0", tuner_env())
+    start("w1", tuner_env())
+    wait_for(lambda: any(t.state.name == "RUNNING" for t in _trials(url)), what="a running trial")
+    grace = tuner_env(**measured_grace(url))  # the replacements take over the killed workers' trials
     for kill in range(5):
         # a worker mid-trial, between two checkpoints (its trial has passed an eval)
         def busy() -> str | None:
@@ -117,14 +145,14 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
                     return label
             return None
 
-        victim = _wait_for(busy, 60, "a busy worker")
+        victim = wait_for(busy, what="a busy worker")
         time.sleep(0.12)
         workers[victim].kill()
         workers[victim].wait()
-        start(f"w{kill + 2}")
+        start(f"w{kill + 2}", grace)
     for label, process in workers.items():
         if process.returncode is None:
-            output, _ = process.communicate(timeout=240)
+            output, _ = finish(process, lambda: _progress(url), what=f"worker {label}")
             assert process.returncode == 0, f"{label}: {output}"
             assert "Traceback" not in output
     trials = load_phase(sqlite_url(output_dir), "toy").trials
@@ -150,10 +178,10 @@ def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
             t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in trials
         )
 
-    _wait_for(finished_and_running_with_checkpoint, 120, "a finished trial, a checkpointed one")
+    wait_for(finished_and_running_with_checkpoint, what="a finished trial, a checkpointed one")
     command.kill()  # the command only: its workers and their trials must go with it
     command.wait()
-    _wait_for(lambda: not _processes_running(str(study)), 30, "the workers and trials to exit")
+    wait_for(lambda: not _processes_running(str(study)), 120, "the workers and trials to exit")
 
     again = run_tuner(*args)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -174,7 +202,7 @@ def test_kill_9_of_everything_is_healed_by_heartbeats_on_rerun(tmp_path: Path, o
             t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in _trials(url)
         )
 
-    _wait_for(running_with_checkpoint, 120, "a running trial with a checkpoint")
+    wait_for(running_with_checkpoint, what="a running trial with a checkpoint")
     time.sleep(0.12)
     for pid in _processes_running(str(study)):  # command, workers, trials: all at once, no clean-up
         os.kill(pid, signal.SIGKILL)
@@ -199,11 +227,9 @@ def test_ctrl_c_stops_trials_with_a_checkpoint_and_the_rerun_continues(
     args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
     command = start_tuner(*args)
     url = sqlite_url(output_dir)
-    _wait_for(
-        lambda: any(t.user_attrs.get("last_checkpoint_step") for t in _trials(url)), 120, "a checkpoint"
-    )
+    wait_for(lambda: any(t.user_attrs.get("last_checkpoint_step") for t in _trials(url)), what="a checkpoint")
     command.send_signal(signal.SIGINT)
-    output, _ = command.communicate(timeout=60)
+    output, _ = finish(command, lambda: _progress(url), what="the interrupted run-round")
     assert command.returncode == 130, output
     assert "run the same command again to continue" in output and "Traceback" not in output
     trials = load_phase(url, "toy").trials
@@ -228,7 +254,7 @@ def test_a_worker_whose_run_round_is_already_gone_stops_at_once(tmp_path: Path, 
     gone.wait()  # a pid that is not our worker's parent any more
     env = tuner_env(**{DIE_WITH_PARENT_ENV: str(gone.pid)})
     worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
-    output, _ = worker.communicate(timeout=120)
+    output, _ = finish(worker, lambda: 0, what="the orphaned worker")
     assert worker.returncode == 130, output
     assert "Traceback" not in output
 
@@ -239,8 +265,8 @@ def test_a_worker_stopped_while_it_starts_up_exits_as_interrupted(tmp_path: Path
     # as run-round starts it: it waits for the phase (not created here) instead of failing
     env = tuner_env(**{DIE_WITH_PARENT_ENV: str(os.getpid())})  # we are its parent
     worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
-    time.sleep(3)  # importing, or waiting for the phase
+    time.sleep(3)  # importing, or waiting for the phase: either is right (no progress to wait on)
     worker.send_signal(signal.SIGTERM)
-    output, _ = worker.communicate(timeout=60)
+    output, _ = finish(worker, lambda: 0, what="the stopped worker")
     assert worker.returncode == 130, output
     assert "interrupted; run the same command again to continue" in output and "Traceback" not in output

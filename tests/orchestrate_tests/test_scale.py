@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import statistics
-import time
 from pathlib import Path
 
 import pytest
 
+from tests._processes import finish
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -35,7 +35,7 @@ def test_four_workers_share_sqlite_without_database_locked(tmp_path: Path, outpu
     study = toy_study(tmp_path, round1={"trials": MANY, "max_failed": 1, **SHORT}, eval_every=5)
     args = ("run-round", str(study), "--round", "1", "--workers", "4", "--output-dir", str(output_dir))
     retry_log = tmp_path / "storage-retries.log"  # every error with_retries absorbed, however quietly
-    done = run_tuner(*args, timeout=270, env=tuner_env(TUNER_STORAGE_RETRY_LOG=str(retry_log)))
+    done = run_tuner(*args, env=tuner_env(TUNER_STORAGE_RETRY_LOG=str(retry_log)))  # no deadline of its own
     assert done.returncode == 0, done.stdout + done.stderr
     retried = retry_log.read_text() if retry_log.exists() else ""
     assert "locked" not in retried, retried
@@ -73,9 +73,12 @@ def test_eight_tuner_worker_processes_on_postgresql(
         for index in range(8)
     ]  # fmt: skip
     outputs = []
-    deadline = time.monotonic() + 270  # within pytest's 300 s
-    for worker in workers:
-        output, _ = worker.communicate(timeout=max(1.0, deadline - time.monotonic()))
+
+    def trials_done() -> int:
+        return sum(t.state.is_finished() for t in load_phase(postgres_url, unique_name).trials)
+
+    for worker in workers:  # as long as trials keep finishing: a busy machine is slow, not stuck
+        output, _ = finish(worker, trials_done, what="a worker")
         outputs.append(output)
         assert worker.returncode == 0, output
     try:

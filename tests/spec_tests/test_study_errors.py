@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import PATIENCE_S
 from tests.spec_tests._support import BASE_YAML, invoke, mutate, plain, single_error, write_study
 
 BUILTIN_LIST = "char-lm, digits-cnn, digits-mlp, imbalanced"
@@ -542,7 +543,7 @@ def test_debug_shows_traceback() -> None:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=PATIENCE_S,  # a python start-up, on a machine maybe at load 20
         check=False,
     )
     assert proc.returncode == 1

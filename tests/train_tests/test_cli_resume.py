@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from tests._processes import PATIENCE_S, spawn
 from tests.train_tests.conftest import write_study
 from tuner.train import read_status
 
@@ -58,7 +59,7 @@ def build(ctx):
 
 
 def _start(study: Path, runs: Path, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, "-m", "tuner", "train", str(study), "--output-dir", str(runs), "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -73,7 +74,7 @@ def _run_dir(runs: Path) -> Path:
 
 
 def _wait_for_rows(metrics: Path, rows: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + PATIENCE_S
     while time.monotonic() < deadline and process.poll() is None:
         if metrics.exists() and metrics.read_text().count("\n") > rows:
             return
@@ -128,7 +129,7 @@ def test_sigterm_then_rerun_matches_an_uninterrupted_run(
     if signals == 2:
         pause.touch()  # the next step waits: the clean stop cannot finish before signal 2
         waiting = Path(f"{pause}.waiting")
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + PATIENCE_S
         while not waiting.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         waiting.unlink()

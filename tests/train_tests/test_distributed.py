@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 import torch
 import yaml
 
+from tests._processes import finish, run, wait_for
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner, tuner_env
 from tests.train_tests.ddp_checks import eval_case, evaluator
 from tuner.errors import UsageError
@@ -85,10 +85,7 @@ def test_the_ranks_slices_of_a_step_are_disjoint_and_together_the_one_process_ba
 @pytest.fixture(scope="module")
 def collective_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("ddp") / "results.pt"
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.train_tests.ddp_checks", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = run([sys.executable, "-m", "tests.train_tests.ddp_checks", str(out)], cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return torch.load(out, weights_only=False)
 
@@ -170,15 +167,16 @@ def test_a_stopped_two_process_run_resumes_to_the_same_losses(
     tmp_path: Path, straight_run: tuple[Path, subprocess.CompletedProcess[str]]
 ) -> None:
     expected = _losses(straight_run[0] / "runs" / "ddp" / "train" / "run-001")
-    study = ddp_study(tmp_path / "stopped", {"step_sleep_s": 0.1})
+    # 0.25 s a step: after the step-8 eval, 15 steps (~4 s of sleep, however busy the machine)
+    # remain for the Ctrl-C to land mid-run
+    study = ddp_study(tmp_path / "stopped", {"step_sleep_s": 0.25})
     args = ("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
     command = start_tuner(*args)
     metrics = tmp_path / "runs" / "ddp" / "train" / "run-001" / "metrics.csv"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (metrics.exists() and "\n9," in metrics.read_text()):
-        time.sleep(0.05)  # rows are flushed at evals: row 9 means the step-8 eval is done
+    # rows are flushed at evals: row 9 means the step-8 eval is done (and its checkpoint written)
+    wait_for(lambda: metrics.exists() and "\n9," in metrics.read_text(), what="row 9", process=command)
     command.send_signal(signal.SIGINT)  # Ctrl-C
-    output, _ = command.communicate(timeout=60)
+    output, _ = finish(command, lambda: metrics.stat().st_size, what="the interrupted run")
     assert command.returncode == 130, output
     stopped_at = _losses(metrics.parent)[-1][0]
     assert 8 < stopped_at < 24

@@ -32,6 +32,7 @@ import torch
 import yaml
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
+from tests._processes import PATIENCE_S, spawn
 from tests.train_tests.conftest import write_study
 from tests.train_tests.item_workload import build
 from tuner.errors import WorkloadCodeError
@@ -261,7 +262,7 @@ def _env() -> dict[str, str]:
 def _train(study: Path, runs: Path, workers: int) -> subprocess.Popen[str]:
     """``tuner train`` in a process group of its own (with its workers), as a terminal runs it."""
     command = [sys.executable, "-m", "tuner", "train", str(study), "--output-dir", str(runs), "--no-progress"]
-    return subprocess.Popen(
+    return spawn(
         [*command, "--set", f"data_workers={workers}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -323,7 +324,7 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_workers_to_the_same_numbers(
     study = _study(tmp_path, item_sleep_s=0.0005, pid_dir=str(pid_dir), pause_file=str(pause), pause_at=13)
     runs = tmp_path / "runs"
     process = _train(study, runs, 2)
-    waiting, deadline = Path(f"{pause}.waiting"), time.monotonic() + 120
+    waiting, deadline = Path(f"{pause}.waiting"), time.monotonic() + PATIENCE_S
     while not waiting.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)
     assert waiting.exists(), process.communicate()[1]
@@ -367,14 +368,14 @@ def test_workers_die_with_a_training_process_killed_by_sigkill(tmp_path: Path) -
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     process = _train(_study(tmp_path, item_sleep_s=0.05, pid_dir=str(pid_dir)), tmp_path / "runs", 2)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + PATIENCE_S
     while len(_worker_pids(pid_dir, process.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     workers = _worker_pids(pid_dir, process.pid)
     assert len(workers) == 2
     process.kill()  # no clean-up code runs in the training process
     process.communicate(timeout=60)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in workers)

@@ -7,19 +7,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
+from tests._processes import finish, spawn, wait_for
 from tests.train_tests.conftest import write_study
 from tuner.cli.app import app
 from tuner.train import read_status
 
 
-def tuner(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
+def tuner(*args: str) -> subprocess.Popen[str]:
+    """``tuner ARGS`` in a process group of its own, killed with the test if it is left running."""
+    return spawn(
         [sys.executable, "-m", "tuner", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -28,28 +29,32 @@ def tuner(*args: str) -> subprocess.Popen:
     )
 
 
+def _rows(metrics: Path) -> int:
+    """Rows in ``metrics.csv`` (they are flushed at evals): the run's progress."""
+    return metrics.read_text().count("\n") - 1 if metrics.exists() else 0
+
+
 def test_ctrl_c_then_rerun_continues_where_it_stopped(tmp_path: Path) -> None:
-    study = write_study(tmp_path, max_train_steps=3000, eval_every=100, log_every=10)
+    study = write_study(tmp_path, max_train_steps=1000, eval_every=100, log_every=10)
     runs = tmp_path / "runs"
     process = tuner("train", str(study), "--output-dir", str(runs), "--no-progress")
     metrics = runs / "engine-test" / "train" / "run-001" / "metrics.csv"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not metrics.exists() or metrics.read_text().count("\n") < 30):
-        time.sleep(0.05)
+    # Ctrl-C once the step-100 eval has flushed its rows: mid-run however slow the machine is
+    wait_for(lambda: _rows(metrics) >= 10, what="the rows of the step-100 eval", process=process)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=60)
+    out, err = finish(process, lambda: _rows(metrics), what="the interrupted run")
     assert process.returncode == 130, err
     assert "run the same command again" in err
     status = read_status(metrics.parent)
-    assert status["status"] == "interrupted" and 0 < status["step"] < 3000
+    assert status["status"] == "interrupted" and 0 < status["step"] < 1000
 
     rerun = tuner("train", str(study), "--output-dir", str(runs), "--no-progress")
-    out, err = rerun.communicate(timeout=120)
+    out, err = finish(rerun, lambda: _rows(metrics), what="the resumed run")  # no deadline while it trains
     assert rerun.returncode == 0, err
     assert "resuming" in err and f"resumed from step {status['step']}" in out
     with metrics.open() as handle:
         steps = [int(r["step"]) for r in csv.DictReader(handle)]
-    assert steps == list(range(10, 3010, 10))  # nothing lost, nothing logged twice
+    assert steps == list(range(10, 1010, 10))  # nothing lost, nothing logged twice
 
 
 def test_a_finished_run_is_not_resumed_and_overrides_reach_the_run_folder(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from tuner.errors import UsageError
 from tuner.output import phase_dir, shown_path
 
 if TYPE_CHECKING:
-    from tuner.train.profile import ProfileResult
+    from tuner.train.profile_result import ProfileResult
 
 DEFAULT_STEPS = 20
 #: A mean step this many times the median: say the numbers are unsteady.
@@ -117,6 +117,27 @@ def _spread(step_seconds: tuple[float, ...]) -> str:
     return f"; median {_ms(statistics.median(step_seconds))}, slowest {_ms(max(step_seconds))}"
 
 
+def _busy_note(result: ProfileResult) -> list[str]:
+    """Say when other processes held the cores, and what that does to the verdict."""
+    if not result.busy:
+        return []
+    load = (
+        f" (load average {result.load_average:.1f} on {plural(result.cores, 'core')})"
+        if result.load_average is not None
+        else ""
+    )
+    if not result.core_wait_measured:
+        return [
+            f"note         machine busy{load}, and the wait for a CPU core cannot be measured here:",
+            "             verdict unreliable; re-run on a quiet machine",
+        ]
+    return [
+        f"note         machine busy{load}: the training thread waited for a CPU core "
+        f"{result.core_wait_share * 100:.0f}% of the time;",
+        "             the shares, their times and the verdict leave that wait out (the step time has it)",
+    ]
+
+
 def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
     """The human report: the numbers, what bounds the step, and what to try."""
     times = result.times
@@ -129,7 +150,8 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
         ("other", times.other),
     ]
     shown = [(name, sec) for name, sec in parts if sec or name != "augmentation"]
-    breakdown = ", ".join(f"{name} {_ms(sec, unit='')}" for name, sec in shown) + " ms"
+    own = result.own_fraction  # 1 on a quiet machine: the wait for a core left out, in proportion
+    breakdown = ", ".join(f"{name} {_ms(sec * own, unit='')}" for name, sec in shown) + " ms"
     sync_detail = (
         "no accelerator: no host-device synchronisation"
         if not result.accelerator
@@ -141,13 +163,13 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
         f"step time    {_ms(times.step)} per step (mean{_spread(result.step_seconds)}) over "
         f"{result.measured_steps} measured steps,",
         f"             after {result.skipped_steps} warm-up steps that are not measured",
-        f"  waiting for data  {_pct(result.data_share)}  {_ms(times.data):>9}  tuner/data in the trace",
-        f"  computing         {_pct(result.compute_share)}  {_ms(times.compute):>9}  {breakdown}",
+        f"  waiting for data  {_pct(result.data_share)}  {_ms(result.own_data):>9}  tuner/data in the trace",
+        f"  computing         {_pct(result.compute_share)}  {_ms(result.own_compute):>9}  {breakdown}",
         f"  host-device sync  {_pct(result.sync_share)}  {_ms(times.sync):>9}  {sync_detail}",
     ]
     if result.top_operators:
         top = ", ".join(
-            f"{op.name} {_ms(op.seconds)} ({result.share(op.seconds) * 100:.0f}%)"
+            f"{op.name} {_ms(op.seconds)} ({result.wall_share(op.seconds) * 100:.0f}%)"
             for op in result.top_operators[:3]
         )
         lines.append(f"top ops      {top} (self time per step)")
@@ -161,7 +183,10 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
             "             the shares (another process on the same cores, garbage collection, a slow read);",
             f"             re-run{threads}",
         ]
+    lines += _busy_note(result)
     data = f"waiting for data is {result.data_share * 100:.1f}% of step time (input-bound above {threshold})"
+    if not result.verdict_reliable:
+        data += "; unreliable: machine busy"
     if result.bound.value == "input-bound":
         suggested = max(2, 2 * result.data_workers)
         lines += [
@@ -180,7 +205,7 @@ def describe(result: ProfileResult, study_arg: str = "STUDY") -> list[str]:
             f"verdict      compute-bound: {data}",
             "             the step's time is the model's forward, backward and optimizer (top ops above)",
         ]
-    augment_share = result.share(times.augment)
+    augment_share = result.wall_share(times.augment)
     if augment_share > result.threshold:
         lines.append(
             f"note         augmentation takes {augment_share * 100:.0f}% of step time; it runs on the "

@@ -140,6 +140,9 @@ def profile_training(
         top_operators=_top_operators(averages, steps),
         step_seconds=tuple(clock.step_seconds),
         notes=tuple(notes),
+        core_wait_measured=clock.measures_core_wait,
+        load_average=os.getloadavg()[0],
+        cores=len(os.sched_getaffinity(0)),
     )
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,11 +46,38 @@ def quiet_native_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+_SCHEDSTAT = Path("/proc/thread-self/schedstat")
+
+
+def core_wait() -> float | None:
+    """Seconds this thread has so far spent runnable but waiting for a CPU core (Linux's run-queue
+    delay, the second field of ``/proc/thread-self/schedstat``); None where it is not available.
+
+    Sleeping and blocking on I/O are not in it: a slow read stays a wait for data, while the time
+    another process held the core (a busy machine) can be told apart and left out.
+    """
+    try:
+        return int(_SCHEDSTAT.read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _waited_since(start: float | None) -> float:
+    now = core_wait() if start is not None else None
+    return max(0.0, now - start) if now is not None and start is not None else 0.0
+
+
+_SUMMED = ("data", "augment", "forward", "backward", "optimizer", "core_wait", "data_core_wait")
+
+
 @dataclass
 class _StepParts:
-    """Seconds spent in each timed part of the current step."""
+    """Seconds spent in each timed part of the current step (``*_core_wait``: of which waiting for
+    a CPU core)."""
 
     data: float = 0.0
+    data_core_wait: float = 0.0
+    core_wait: float = 0.0
     augment: float = 0.0
     forward: float = 0.0
     backward: float = 0.0
@@ -64,10 +92,12 @@ class _TimedBatches:
         self._inner, self._parts = inner, parts
 
     def get(self, step: int) -> Any:
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), core_wait()
         with record_function("tuner/data"):
             batch = self._inner.get(step)
-        self._parts().data += time.perf_counter() - start
+        parts = self._parts()
+        parts.data_core_wait += _waited_since(waited)  # read inside the timed window, not after it
+        parts.data += time.perf_counter() - start
         return batch
 
     def __getattr__(self, name: str) -> Any:
@@ -87,6 +117,9 @@ class StepClock(Callback):
     step_seconds: list[float] = field(default_factory=list)
     _parts: _StepParts = field(default_factory=_StepParts)
     _start: float = 0.0
+    _start_wait: float | None = None
+    #: whether the wait for a CPU core could be read (Linux), at the start of the run
+    measures_core_wait: bool = field(default_factory=lambda: core_wait() is not None)
     _hooks: list[Any] = field(default_factory=list)
 
     order = 1000  # after the run's own callbacks at a step's end: their time counts as "other"
@@ -139,15 +172,24 @@ class StepClock(Callback):
 
     def on_train_step_start(self, loop: Any) -> None:
         self._parts = _StepParts()
-        self._start = time.perf_counter()
+        self._start, self._start_wait = time.perf_counter(), core_wait()
 
     def on_train_step_end(self, loop: Any) -> None:
+        self._parts.core_wait = _waited_since(self._start_wait)  # inside the timed window
         elapsed = time.perf_counter() - self._start  # before the profiler's own work in step()
         done = loop.step - 1
         if done >= self.first_measured:
             self.measured += 1
             self.step_seconds.append(elapsed)
-            for part in ("data", "augment", "forward", "backward", "optimizer"):
+            for part in (
+                "data",
+                "augment",
+                "forward",
+                "backward",
+                "optimizer",
+                "core_wait",
+                "data_core_wait",
+            ):
                 setattr(self.totals, part, getattr(self.totals, part) + getattr(self._parts, part))
         with quiet_native_stderr():
             self.profiler.step()
@@ -170,4 +212,6 @@ class StepClock(Callback):
             backward=max(0.0, totals.backward / n - sync),
             optimizer=totals.optimizer / n,
             sync=sync,
+            core_wait=totals.core_wait / n,
+            data_core_wait=totals.data_core_wait / n,
         )

@@ -13,6 +13,9 @@ from typing import Any
 
 #: Waiting for data above this share of step time is "input-bound" (the device idles that long).
 INPUT_BOUND_SHARE = 0.20
+#: The training thread waiting for a CPU core (runnable, not running) above this share of the
+#: measured time: the machine is busy, and the profile says so.
+BUSY_SHARE = 0.25
 
 
 class Bound(str, enum.Enum):
@@ -30,6 +33,11 @@ class StepTimes:
     optimizer's step), ``optimizer``, and ``other`` (the loop's bookkeeping and its callbacks).
     On an accelerator these are host times: kernels run asynchronously, and the host's wait for
     them shows up as ``sync``.
+
+    These are wall times. ``core_wait`` is how long the training thread, ready to run, waited for
+    a CPU core that other processes held (Linux's run-queue delay, ``/proc/thread-self/schedstat``)
+    and ``data_core_wait`` the part of it inside ``data``: on a busy machine they stretch whatever
+    part they land in, so the verdict leaves them out (``ProfileResult``).
     """
 
     step: float
@@ -39,6 +47,8 @@ class StepTimes:
     backward: float
     optimizer: float
     sync: float
+    core_wait: float = 0.0
+    data_core_wait: float = 0.0
 
     @property
     def compute(self) -> float:
@@ -61,7 +71,15 @@ class OperatorTime:
 @dataclass(frozen=True)
 class ProfileResult:
     """What a profile measured, and the verdict: ``bound`` is ``Bound.INPUT`` when waiting for data
-    takes more than ``threshold`` of the mean step time."""
+    takes more than ``threshold`` of the mean step time.
+
+    The shares and the verdict count the step's own time: its wall time less the time the training
+    thread waited for a CPU core (``StepTimes.core_wait``). Another process on the same cores
+    stretches the data part and the compute part alike, now one, now the other; on a few steps of a
+    small model that flipped the verdict with the machine's load. Without the wait, the verdict is
+    the machine's own. Where that wait cannot be measured (no ``schedstat``), a load average
+    above the core count makes the profile say its verdict is unreliable.
+    """
 
     study: str
     trace_path: Path
@@ -80,17 +98,62 @@ class ProfileResult:
     step_seconds: tuple[float, ...] = ()
     notes: tuple[str, ...] = ()
     threshold: float = INPUT_BOUND_SHARE
+    #: whether ``times.core_wait`` was measured (Linux); else the load average speaks for the load
+    core_wait_measured: bool = False
+    load_average: float | None = None  # over the last minute, when the profile ended
+    cores: int = 1  # the cores this process may run on
+
+    @property
+    def own_step(self) -> float:
+        """The mean step without the wait for a CPU core: what it takes on a machine of its own."""
+        return max(0.0, self.times.step - self.times.core_wait)
+
+    @property
+    def own_data(self) -> float:
+        return max(0.0, self.times.data - self.times.data_core_wait)
+
+    @property
+    def own_compute(self) -> float:
+        return max(0.0, self.own_step - self.own_data - self.times.sync)
 
     def share(self, seconds: float) -> float:
+        """A share of the step's own time (``seconds`` without the wait for a core)."""
+        return seconds / self.own_step if self.own_step > 0 else 0.0
+
+    def wall_share(self, seconds: float) -> float:
+        """A share of the mean wall step, for wall times (an operator's, augmentation's)."""
         return seconds / self.times.step if self.times.step > 0 else 0.0
 
     @property
+    def own_fraction(self) -> float:
+        """The computing parts' wall times times this: their share of the wait left out, spread
+        in proportion (the wait is measured for the step and its data part, not each part)."""
+        return self.own_compute / self.times.compute if self.times.compute > 0 else 1.0
+
+    @property
     def data_share(self) -> float:
-        return self.share(self.times.data)
+        return self.share(self.own_data)
 
     @property
     def compute_share(self) -> float:
-        return self.share(self.times.compute)
+        return self.share(self.own_compute)
+
+    @property
+    def core_wait_share(self) -> float:
+        """The share of the measured wall time the training thread waited for a CPU core."""
+        return self.times.core_wait / self.times.step if self.times.step > 0 else 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Another process held the cores: measured, or (unmeasurable) a load above the cores."""
+        if self.core_wait_measured:
+            return self.core_wait_share > BUSY_SHARE
+        return self.load_average is not None and self.load_average > self.cores
+
+    @property
+    def verdict_reliable(self) -> bool:
+        """A busy machine's verdict holds when the wait for a core was measured and left out."""
+        return self.core_wait_measured or not self.busy
 
     @property
     def sync_share(self) -> float:
@@ -118,6 +181,9 @@ class ProfileResult:
         data["mean_over_median"] = self.mean_over_median
         data["shares"] = {"data": self.data_share, "compute": self.compute_share, "sync": self.sync_share}
         data["bound"] = self.bound.value
+        data["core_wait_share"] = self.core_wait_share
+        data["busy"] = self.busy
+        data["verdict_reliable"] = self.verdict_reliable
         data["notes"] = list(self.notes)
         data["top_operators"] = [asdict(op) for op in self.top_operators]
         return data
