@@ -77,3 +77,66 @@ def test_the_layer_walk_knows_every_package() -> None:
     assert packages <= set(LAYERS), f"a package outside the layer order: {packages - set(LAYERS)}"
     assert _rank("tuner.train.rng") == LAYERS.index("train") > _rank("tuner.workloads._build")
     assert _rank("tuner.errors") == _rank("tuner._atomic") == _rank("tuner.output") == -1
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_targets(path: Path) -> set[str]:
+    """Every dotted name an import in ``path`` may load: ``from a.b import c`` may load the module
+    ``a.b`` and, if ``c`` is a submodule, ``a.b.c``."""
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets.add(base)
+            targets.update(f"{base}.{alias.name}" for alias in node.names)
+    return targets
+
+
+def import_circles() -> list[list[str]]:
+    """Groups of tuner modules that import one another, directly or through others (Tarjan's
+    strongly connected components). A circle makes import order matter and hides which module a
+    change belongs in, so none is allowed, not even inside one layer."""
+    modules = {_module_name(path): path for path in ROOT.rglob("*.py")}
+    graph = {
+        name: sorted(t for t in _import_targets(path) if t in modules and t != name)
+        for name, path in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while (member := stack.pop()) != node:
+                group.append(member)
+            circles.append(sorted([*group, node]))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return [circle for circle in circles if len(circle) > 1]
+
+
+def test_no_import_circles() -> None:
+    assert import_circles() == []
