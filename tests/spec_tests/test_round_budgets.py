@@ -41,6 +41,12 @@ def _validate(rounds: str) -> object:
             id="round3-over-round2",
         ),
         pytest.param(
+            "  round1: {trials: 8}\n  round2: {top_k: 2, lr_multipliers: [0.5, 1]}\n  round3: {top_k: 5}\n",
+            "rounds.round3.top_k: round 3 takes the best 5 points of round 2, which has only 4 points "
+            "(its top_k x its 2 lr_multipliers); lower top_k to at most 4",
+            id="round3-over-round2-with-multipliers",
+        ),
+        pytest.param(
             "  round2: {top_k: 2, seeds: 2, trials: 3}\n",
             "rounds.round2.trials: round 2 trains round 1's best points, so its trial count is top_k x "
             "seeds x len(lr_multipliers); set those instead of trials (here 2 x 2 x 1 = 4, not 3)",
@@ -60,6 +66,8 @@ def test_a_later_round_that_cannot_be_filled_is_refused_at_its_line(rounds: str,
         "  round1: {trials: 8}\n  round2: {top_k: 3}\n  round3: {top_k: 3}\n",
         "  round2: {top_k: 3, trials: 3}\n",  # the issue's case: trials equal to top_k
         "  round2: {top_k: 2, seeds: 2, lr_multipliers: [0.5, 1], trials: 8}\n",
+        # round 2 trains its 1 point at 2 LRs: 2 points for round 3
+        "  round1: {trials: 4}\n  round2: {top_k: 1, lr_multipliers: [1, 4]}\n  round3: {top_k: 2}\n",
     ],
 )
 def test_rounds_that_fit_are_accepted(rounds: str) -> None:

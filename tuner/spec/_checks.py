@@ -109,11 +109,18 @@ def _check_top_k(loaded: Any, rounds: Any, number: int) -> None:
     only after round 1 ran). Only a top_k the file sets: the default (3) must not refuse a small
     round 1 that is all the user runs."""
     before, spec = rounds.get(number - 1), rounds.get(number)
-    available = before.trial_budget if number == 2 else before.top_k
+    # a later round trains each of its top_k points at every LR multiplier: each is a point of its own
+    multipliers = len(before.lr_multipliers)
+    available = before.trial_budget if number == 2 else before.top_k * multipliers
     top_k = spec.top_k
     if top_k <= available or "top_k" not in spec.model_fields_set:
         return
-    has = f"{available} trials" if number == 2 else f"{available} points (its top_k)"
+    if number == 2:
+        has = f"{available} trials"
+    elif multipliers > 1:
+        has = f"{available} points (its top_k x its {multipliers} lr_multipliers)"
+    else:
+        has = f"{available} points (its top_k)"
     raise loaded.error(
         ("rounds", f"round{number}", "top_k"),
         f"round {number} takes the best {top_k} points of round {number - 1}, which has only {has}; "
