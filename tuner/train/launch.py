@@ -178,6 +178,7 @@ def _rank_main(
         connection.send_bytes(_dumps(("done", result)))
         code = 0
     except BaseException as error:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ending already: a second stop must not cut the report
         from tuner.train.workload_errors import is_out_of_memory
 
         interrupted = isinstance(error, KeyboardInterrupt)
