@@ -94,9 +94,26 @@ def finish(
 def spawn(args: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **popen)`` in a session of its own, killed with its whole group
     (and descendants) when the test ends."""
+    popen.pop("start_new_session", None)  # always
     process = subprocess.Popen(args, start_new_session=True, **popen)
     _started.append(process)
     return process
+
+
+def run(
+    args: list[str], *, timeout: float = 2 * PATIENCE_S, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(args, capture_output=True, text=True)``, but a timeout kills the whole
+    process group and its descendants (``subprocess.run`` kills only the direct child: a
+    ``tuner run-round``'s workers and trials would live on)."""
+    process = spawn(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        raise AssertionError(f"{' '.join(args[:4])} ... did not finish within {timeout:.0f} s") from None
+    _started.remove(process)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
 def spawn_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests._processes import PATIENCE_S, run, spawn_tuner
+
 HERE = Path(__file__).parent
 # beats every 1 s (grace 12 s; the tests that kill workers set TUNER_HEARTBEAT_GRACE_S lower)
 FAST_HEARTBEAT = {"TUNER_HEARTBEAT_S": "1"}
@@ -68,28 +70,16 @@ def tuner_env(**extra: str) -> dict[str, str]:
 
 
 def run_tuner(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 240
+    *args: str, env: dict[str, str] | None = None, timeout: float = 2 * PATIENCE_S
 ) -> subprocess.CompletedProcess[str]:
-    """``tuner ARGS`` as a real process (workers and trials are real processes too)."""
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args],
-        capture_output=True,
-        text=True,
-        env=env or tuner_env(),
-        timeout=timeout,
-        check=False,
-    )
+    """``tuner ARGS`` as a real process (workers and trials are real processes too); a timeout
+    kills all of them (``tests._processes.run``)."""
+    return run([sys.executable, "-m", "tuner", *args], env=env or tuner_env(), timeout=timeout)
 
 
 def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tuner", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env or tuner_env(),
-        **popen,
-    )
+    """``tuner ARGS`` started, in a process group of its own that is killed with the test."""
+    return spawn_tuner(*args, env=env or tuner_env(), **popen)
 
 
 def load_phase(storage_url: str, study: str, phase: str = "round-1") -> Any:
