@@ -78,3 +78,41 @@ def test_set_on_a_searched_key_is_refused_by_run_round_and_worker(tmp_path: Path
     )
     assert "optimizer.lr is searched" in nested
     assert not output.exists()  # refused before anything was created
+
+
+def test_a_later_rounds_reproduce_carries_each_key_once_with_the_value_the_trial_trained(
+    tmp_path: Path,
+) -> None:
+    """The user's ``--set schedule=...`` and ``--set max_train_steps=...`` are overwritten in each
+    trial (by round 2's extended schedule and the round's length): the command must not carry the
+    user's value next to the trial's, relying on the last one winning."""
+    study = yaml.safe_load(toy_study(tmp_path / "s", round1={"trials": 2, "steps": 20}).read_text())
+    study["rounds"]["round2"] = {"top_k": 1, "steps": 40}
+    path = tmp_path / "s" / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    sets = [
+        "--set", "schedule=[{shape: linear, steps: 4, start: 0.0, end: 1.0}, {shape: constant}]",
+        "--set", "max_train_steps=60",
+        "--set", "batch_size=8",
+    ]  # fmt: skip
+    for number in ("1", "2"):
+        done = _tuner(
+            "run-round", str(path), "--round", number, *sets, "--output-dir", "runs", "--no-progress",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    for phase, steps in (("round-1", 20), ("round-2", 40)):
+        for trial in load_phase(sqlite_url(tmp_path / "runs"), "toy", phase).trials:
+            words = shlex.split(trial.user_attrs["reproduce"])
+            carried = [words[i + 1].partition("=") for i, word in enumerate(words) if word == "--set"]
+            keys = [key for key, _, _ in carried]
+            assert len(keys) == len(set(keys)), trial.user_attrs["reproduce"]
+            value = {key: yaml.safe_load(text) for key, _, text in carried}
+            trained = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text())
+            schedule = [
+                {k: v for k, v in s.items() if v is not None} for s in trained["training"]["schedule"]
+            ]
+            assert value["max_train_steps"] == trained["training"]["max_train_steps"] == steps
+            assert value["batch_size"] == 8
+            if phase == "round-2":  # round 1 trains the file's schedule (with --set) at its length
+                assert value["schedule"] == schedule

@@ -9,10 +9,8 @@ against it. Plans of each kind are built in ``round1.py``, ``later_rounds.py`` a
 
 from __future__ import annotations
 
-import json
 import math
-import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +120,8 @@ class PhasePlan:
         return {}  # tpe: Optuna's sampler chooses when the trial starts
 
     def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
+        from tuner.playbook.reproduce import reproduce_command
+
         return TrialJob(
             spec=self.stored.trial_spec(slot, values),
             base_dir=self.loaded.base_dir,
@@ -136,36 +136,6 @@ class PhasePlan:
             attrs=self.stored.slot_attrs(slot),
             extra_callbacks=self.fit_callbacks,
         )
-
-
-def _format_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def reproduce_command(
-    study_path: Path,
-    values: dict[str, Any],
-    steps: int | None,
-    output_dir: Path,
-    overrides: Iterable[str] = (),
-) -> str:
-    """``tuner train`` with the ``--set`` overrides and a trial's values, shell-quoted (``tuner
-    train`` records its own run's command with no values and ``steps`` None).
-
-    Paths are absolute so the command works from any folder; the overrides come first, so the
-    trial's own values and length win exactly as they did in the trial.
-    """
-    from tuner.spec import redact_storage_url
-
-    words = ["tuner", "train", str(Path(study_path).resolve())]
-    for text in overrides:
-        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
-    for key, value in values.items():
-        words += ["--set", f"{key}={_format_value(value)}"]
-    if steps is not None:
-        words += ["--set", f"max_train_steps={steps}"]
-    words += ["--output-dir", str(Path(output_dir).resolve())]
-    return shlex.join(words)
 
 
 def refuse_searched_overrides(loaded: LoadedStudy) -> None:
