@@ -116,3 +116,16 @@ def test_a_later_rounds_reproduce_carries_each_key_once_with_the_value_the_trial
             assert value["batch_size"] == 8
             if phase == "round-2":  # round 1 trains the file's schedule (with --set) at its length
                 assert value["schedule"] == schedule
+
+
+def test_an_override_is_dropped_only_when_something_later_replaces_its_key() -> None:
+    from tuner.playbook.reproduce import overrides_in_effect
+
+    overrides = ["schedule.0.steps=8", "optimizer={name: sgd, momentum: 0.9}", "seed=1", "seed=2"]
+    # the trial's whole schedule replaces the warmup's length; its LR sits inside the optimizer
+    kept = overrides_in_effect(overrides, {"schedule": [], "optimizer.lr": 0.1})
+    assert kept == ["optimizer={name: sgd, momentum: 0.9}", "seed=2"]
+    # a later override of a whole container replaces an earlier one inside it
+    assert overrides_in_effect(["optimizer.lr=0.1", "optimizer={name: adam}"], {}) == [
+        "optimizer={name: adam}"
+    ]
