@@ -10,20 +10,14 @@ from pathlib import Path
 
 import yaml
 
+from tests._processes import run
 from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
 from tests.spec_tests._support import invoke, single_error
 
 
 def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args],
-        capture_output=True,
-        text=True,
-        env=tuner_env(),
-        cwd=cwd,
-        timeout=240,
-        check=False,
-    )
+    """``tuner ARGS`` run from ``cwd``; a timeout kills its workers and trials too."""
+    return run([sys.executable, "-m", "tuner", *args], env=tuner_env(), cwd=cwd)
 
 
 def test_reproduce_keeps_the_overrides_and_works_from_another_folder(tmp_path: Path) -> None:
@@ -84,3 +78,54 @@ def test_set_on_a_searched_key_is_refused_by_run_round_and_worker(tmp_path: Path
     )
     assert "optimizer.lr is searched" in nested
     assert not output.exists()  # refused before anything was created
+
+
+def test_a_later_rounds_reproduce_carries_each_key_once_with_the_value_the_trial_trained(
+    tmp_path: Path,
+) -> None:
+    """The user's ``--set schedule=...`` and ``--set max_train_steps=...`` are overwritten in each
+    trial (by round 2's extended schedule and the round's length): the command must not carry the
+    user's value next to the trial's, relying on the last one winning."""
+    study = yaml.safe_load(toy_study(tmp_path / "s", round1={"trials": 2, "steps": 20}).read_text())
+    study["rounds"]["round2"] = {"top_k": 1, "steps": 40}
+    path = tmp_path / "s" / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    sets = [
+        "--set", "schedule=[{shape: linear, steps: 4, start: 0.0, end: 1.0}, {shape: constant}]",
+        "--set", "max_train_steps=60",
+        "--set", "batch_size=8",
+    ]  # fmt: skip
+    for number in ("1", "2"):
+        done = _tuner(
+            "run-round", str(path), "--round", number, *sets, "--output-dir", "runs", "--no-progress",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    for phase, steps in (("round-1", 20), ("round-2", 40)):
+        for trial in load_phase(sqlite_url(tmp_path / "runs"), "toy", phase).trials:
+            words = shlex.split(trial.user_attrs["reproduce"])
+            carried = [words[i + 1].partition("=") for i, word in enumerate(words) if word == "--set"]
+            keys = [key for key, _, _ in carried]
+            assert len(keys) == len(set(keys)), trial.user_attrs["reproduce"]
+            value = {key: yaml.safe_load(text) for key, _, text in carried}
+            trained = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text())
+            schedule = [
+                {k: v for k, v in s.items() if v is not None} for s in trained["training"]["schedule"]
+            ]
+            assert value["max_train_steps"] == trained["training"]["max_train_steps"] == steps
+            assert value["batch_size"] == 8
+            if phase == "round-2":  # round 1 trains the file's schedule (with --set) at its length
+                assert value["schedule"] == schedule
+
+
+def test_an_override_is_dropped_only_when_something_later_replaces_its_key() -> None:
+    from tuner.playbook.reproduce import overrides_in_effect
+
+    overrides = ["schedule.0.steps=8", "optimizer={name: sgd, momentum: 0.9}", "seed=1", "seed=2"]
+    # the trial's whole schedule replaces the warmup's length; its LR sits inside the optimizer
+    kept = overrides_in_effect(overrides, {"schedule": [], "optimizer.lr": 0.1})
+    assert kept == ["optimizer={name: sgd, momentum: 0.9}", "seed=2"]
+    # a later override of a whole container replaces an earlier one inside it
+    assert overrides_in_effect(["optimizer.lr=0.1", "optimizer={name: adam}"], {}) == [
+        "optimizer={name: adam}"
+    ]

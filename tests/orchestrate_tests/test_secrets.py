@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import spawn
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study, tuner_env
 from tuner.spec import redact_storage_url
 
@@ -167,7 +168,7 @@ def test_a_storage_set_on_run_round_never_reaches_the_workers_command_lines(
     url = _with_password(postgres_url, CANARY)
     study = toy_study(tmp_path / "s", name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 2})
     output = tmp_path / "runs"
-    command = subprocess.Popen(
+    command = spawn(  # its own process group, killed with its workers if the test fails
         [sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", "2",
          "--set", f"storage={url}", "--output-dir", str(output), "--no-progress"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tuner_env(),

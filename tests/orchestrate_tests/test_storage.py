@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import spawn
 from tuner.errors import UsageError
 from tuner.orchestrate import default_storage_url, open_storage, redact_url, resolve_storage_url
 
@@ -70,8 +71,7 @@ def test_processes_opening_a_new_sqlite_storage_at_once_all_succeed(tmp_path: Pa
         "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)"
     )
     processes = [
-        subprocess.Popen([sys.executable, "-c", script, url], stderr=subprocess.PIPE, text=True)
-        for _ in range(4)
+        spawn([sys.executable, "-c", script, url], stderr=subprocess.PIPE, text=True) for _ in range(4)
     ]
     for process in processes:
         _, stderr = process.communicate(timeout=120)

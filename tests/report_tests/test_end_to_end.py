@@ -9,8 +9,6 @@ steps or 4 of 20.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests._processes import run
 from tests.orchestrate_tests.conftest import toy_study, tuner_env
 
 HERE = Path(__file__).parent
@@ -26,23 +25,9 @@ TIMEOUT_S = 600  # generous: a busy machine is slow, never wrong
 
 
 def tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``tuner ARGS`` as a real process in its own group, killed with its workers on a timeout."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tuner", *args],
-        cwd=cwd,
-        env=tuner_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    """``tuner ARGS`` as a real process in its own group; a timeout kills it with its workers and
+    trials (they run in sessions of their own, which a ``killpg`` of its group would miss)."""
+    return run([sys.executable, "-m", "tuner", *args], cwd=cwd, env=tuner_env(), timeout=TIMEOUT_S)
 
 
 def _study(

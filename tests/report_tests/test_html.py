@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests._processes import run
 from tests.report_tests.builders import Built, add_trial, study
 from tests.spec_tests._support import REPO, invoke, plain, single_error
 
@@ -132,7 +133,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "--virtual-time-budget=10000",
         *args,
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    done = run(command, timeout=120)  # a timeout kills chromium's whole process tree
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests._processes import run as run_process
 from tuner.errors import UsageError
 from tuner.train import Callback, StopTraining, load_checkpoint, read_status, run_training
 from tuner.train.checkpoints import LATEST, CheckpointCallback, best_name
@@ -64,7 +64,7 @@ def test_kill_9_loses_no_logged_eval(make_study, tmp_path: Path) -> None:
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT)
     run = tmp_path / "run"
-    killed = subprocess.run([sys.executable, str(script), str(loaded.path), str(run)], check=False)
+    killed = run_process([sys.executable, str(script), str(loaded.path), str(run)])
     assert killed.returncode == -9
     result = run_training(loaded.spec, run, base_dir=loaded.base_dir, progress=False)
     assert (result.resumed_from_step, result.status) == (20, "completed")

@@ -18,6 +18,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from tests._processes import run
 from tests.train_tests.conftest import BASE_STUDY
 from tuner.cli.app import app
 from tuner.spec import load_study
@@ -208,9 +209,7 @@ def test_a_failed_start_in_user_code_keeps_one_folder_the_fixed_rerun_reuses(tmp
 def _tuner(*args: str) -> subprocess.CompletedProcess:
     """The real command, in a fresh process (a user's module is imported once per process);
     ``-P``: like the ``tuner`` script, the current folder is not on ``sys.path``."""
-    return subprocess.run(
-        [sys.executable, "-P", "-m", "tuner", *args], capture_output=True, text=True, timeout=300
-    )
+    return run([sys.executable, "-P", "-m", "tuner", *args])  # a timeout kills its group
 
 
 def test_a_module_entry_point_that_is_a_file_here_gets_a_hint(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def train(
             set_ = [*set_, f"max_train_steps={production.steps}"]
             loaded = load_study(path, set_)
             err.print(f"max_train_steps {production.describe()}")
-    from tuner.playbook.phases import reproduce_command
+    from tuner.playbook.reproduce import reproduce_command
     from tuner.train import choose_run_dir, run_training  # torch: only when training
 
     run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)

@@ -6,9 +6,7 @@ the plan back from the storage, checks its own study file against it, and runs i
 
 from __future__ import annotations
 
-import json
-import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from tuner.orchestrate import PhaseSettings, TrialJob, quasi_random_point, rando
 from tuner.playbook.config_check import refuse_changed_study
 from tuner.playbook.phase_names import round_number
 from tuner.playbook.plan import StoredPlan, load_plan
+from tuner.playbook.reproduce import reproduce_command
 from tuner.spec import LoadedStudy, RoundSpec
 
 
@@ -117,36 +116,6 @@ class PhasePlan:
             attrs=self.stored.slot_attrs(slot),
             extra_callbacks=self.fit_callbacks,
         )
-
-
-def _format_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def reproduce_command(
-    study_path: Path,
-    values: dict[str, Any],
-    steps: int | None,
-    output_dir: Path,
-    overrides: Iterable[str] = (),
-) -> str:
-    """``tuner train`` with the ``--set`` overrides and a trial's values, shell-quoted (``tuner
-    train`` records its own run's command with no values and ``steps`` None).
-
-    Paths are absolute so the command works from any folder; the overrides come first, so the
-    trial's own values and length win exactly as they did in the trial.
-    """
-    from tuner.spec import redact_storage_url
-
-    words = ["tuner", "train", str(Path(study_path).resolve())]
-    for text in overrides:
-        words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
-    for key, value in values.items():
-        words += ["--set", f"{key}={_format_value(value)}"]
-    if steps is not None:
-        words += ["--set", f"max_train_steps={steps}"]
-    words += ["--output-dir", str(Path(output_dir).resolve())]
-    return shlex.join(words)
 
 
 def phase_plan(loaded: LoadedStudy, stored: StoredPlan, output_dir: Path) -> PhasePlan:
