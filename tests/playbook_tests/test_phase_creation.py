@@ -34,7 +34,9 @@ def _wait_for(condition: Any, processes: list[subprocess.Popen[str]], timeout: f
         time.sleep(0.05)
 
 
-def test_two_commands_racing_to_create_round_2_agree_on_one_plan(tmp_path: Path) -> None:
+def _race_round_2(tmp_path: Path, *extra: tuple[str, ...]) -> tuple[list[int | None], list[str], str]:
+    """Round 1 recorded; then two ``run-round --round 2`` (each with its ``extra`` arguments) held
+    at the phase's lock until both have read the phase (no plan yet), and let go together."""
     path = toy_study(tmp_path)
     document = yaml.safe_load(path.read_text())
     document["rounds"]["round2"] = {"top_k": 1, "steps": 10}
@@ -50,7 +52,7 @@ def test_two_commands_racing_to_create_round_2_agree_on_one_plan(tmp_path: Path)
     args = ("run-round", str(path), "--round", "2", "--output-dir", str(output_dir), "--no-progress")
     with lock_path.open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # both commands get as far as the phase's lock, then wait
-        racers = [start_tuner(*args, start_new_session=True) for _ in range(2)]
+        racers = [start_tuner(*args, *more, start_new_session=True) for more in extra]
         try:
             _wait_for(lambda: all(_opened(p.pid, lock_path) for p in racers), racers)
             fcntl.flock(held, fcntl.LOCK_UN)
@@ -59,13 +61,28 @@ def test_two_commands_racing_to_create_round_2_agree_on_one_plan(tmp_path: Path)
             for p in racers:
                 if p.poll() is None:
                     os.killpg(p.pid, 9)
-    assert [p.returncode for p in racers] == [0, 0], outputs
+    return [p.returncode for p in racers], outputs, url
+
+
+def test_two_commands_racing_to_create_round_2_agree_on_one_plan(tmp_path: Path) -> None:
+    codes, outputs, url = _race_round_2(tmp_path, (), ())
+    assert codes == [0, 0], outputs
     continuing = [out for out in outputs if "continuing the phase's stored plan" in out]
     assert len(continuing) == 1, outputs  # one created the plan, the other used it
     phase = load_phase(url, "toy", "round-2")
     stored = load_plan(phase.user_attrs)
     assert stored is not None and len(stored.slots) == 1
     assert len({t.user_attrs["slot"] for t in phase.trials}) == 1
+
+
+def test_the_loser_of_the_race_with_other_inputs_refuses_and_names_them(tmp_path: Path) -> None:
+    codes, outputs, url = _race_round_2(tmp_path, (), ("--set", "rounds.round2.top_k=2"))
+    assert sorted(c or 0 for c in codes) == [0, 2], outputs
+    refused = outputs[codes.index(2)]
+    assert "rounds.round2.top_k" in refused, refused
+    stored = load_plan(load_phase(url, "toy", "round-2").user_attrs)
+    assert stored is not None  # the winner's plan, whole: 1 point for top_k 1, 2 for top_k 2
+    assert len(stored.slots) == (2 if codes[0] == 2 else 1)
 
 
 def test_a_refused_round_2_before_round_1_leaves_nothing_behind(tmp_path: Path) -> None:

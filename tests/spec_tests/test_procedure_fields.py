@@ -73,7 +73,8 @@ def test_validate_describes_the_procedure_and_suggests_a_proxy_split() -> None:
     assert result.exit_code == 0, result.output
     text = plain(result.stdout)
     assert "sweep-lr     5 LRs (0.0003 .. 0.03), up to 100 steps each, constant LR" in text
-    assert "fit = train/accuracy >= 1; off: optimizer.weight_decay=0.0, augmentation" in text
+    # digits-mlp declares its dropout as regularisation: sweep-lr switches it off, and says so here
+    assert "off: workload.dropout=0.0, optimizer.weight_decay=0.0, augmentation" in text
     assert "round 1: 200 trials of 20 steps (quasi-random), failure budget 66, max 1 retry" in text
     # round 2 grows geometrically towards the production length (100), which round 3 reaches
     assert "round 2: top 3 of round 1 = 3 trials of 45 steps" in text

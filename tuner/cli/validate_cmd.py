@@ -76,13 +76,14 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
     from tuner.playbook.later_rounds import round_length
     from tuner.playbook.phases import round_steps
     from tuner.playbook.sweep_lr import default_grid, format_lr
+    from tuner.playbook.sweep_phase import sweep_overrides
     from tuner.train.objective import metric_direction
 
     sweep = spec.sweep_lr
     grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
     cap = sweep.max_steps or production.steps
     compare = ">=" if metric_direction(sweep.fit_metric) == "maximize" else "<="
-    switched = ", ".join(f"{key}={value}" for key, value in sweep.overrides.items())
+    switched = ", ".join(f"{key}={value}" for key, value in sweep_overrides(spec).items())
     lines = [
         f"sweep-lr     {len(grid)} LRs ({format_lr(grid[0])} .. {format_lr(grid[-1])})"
         + (f" x {sweep.seeds} seeds" if sweep.seeds > 1 else "")

@@ -159,12 +159,16 @@ def build_plan(
 def create_phase(prepared: StartedPhase) -> StartedPhase:
     """Create the phase with its plan (or reopen it and check the file against its plan)."""
     from tuner.orchestrate import open_storage, optuna_study_name, start_phase, with_retries
+    from tuner.playbook.study_results import open_existing_storage
 
     loaded, phase = prepared.loaded, prepared.phase
     spec = loaded.spec
     name = optuna_study_name(spec.name, phase)
-    early = _plan_before_the_database(prepared, name)
-    storage = open_storage(prepared.storage_url)
+    storage = open_existing_storage(prepared.storage_url)
+    early = None
+    if storage is None:  # a new SQLite file: refuse (if at all) before creating it
+        early = _plan_before_the_database(prepared, name)
+        storage = open_storage(prepared.storage_url)
     existing = with_retries(_existing_attrs, storage, name)
     stored = load_plan(existing) if existing is not None else None
     if stored is not None:
@@ -175,7 +179,7 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
     else:
         if prepared.extend:
             raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
-        proposed = early or build_plan(loaded, phase, storage)
+        proposed = early if early is not None else build_plan(loaded, phase, storage)
         stored = _store_plan(loaded, proposed, None, storage)
         prepared.created = stored is proposed
     plan = phase_plan(loaded, stored, prepared.output_dir)
@@ -196,27 +200,22 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
     return prepared
 
 
-def _plan_before_the_database(prepared: StartedPhase, name: str) -> StoredPlan | None:
-    """The plan built against an empty storage, when the SQLite file does not exist yet (None
-    otherwise): a refusal (round 2 before round 1, ``--extend`` before the sweep) then comes
-    before the file is created, and leaves no empty ``study.db`` for ``report`` and ``list`` to
-    stumble over."""
+def _plan_before_the_database(prepared: StartedPhase, name: str) -> StoredPlan:
+    """The plan built against an empty storage, for a SQLite file that does not exist yet: a
+    refusal (round 2 before round 1, ``--extend`` before the sweep) then comes before the file
+    is created, and leaves no empty ``study.db`` for ``report`` and ``list`` to stumble over."""
     import optuna
 
-    from tuner.playbook.study_results import open_existing_storage
-
-    if open_existing_storage(prepared.storage_url) is not None:
-        return None
     if prepared.extend:
         raise UsageError(f"--extend continues a sweep that has run; {name} has not started yet")
     return build_plan(prepared.loaded, prepared.phase, optuna.storages.InMemoryStorage())
 
 
 def _store_plan(loaded: LoadedStudy, proposed: StoredPlan, seen: str | None, storage: Any) -> StoredPlan:
-    """Store ``proposed`` if the phase still holds the plan text ``seen`` (None: no plan, as read
-    before building ``proposed``); else another command
-    stored its plan first, and this one uses that plan if its study file matches it (a clear
-    refusal naming the fields otherwise). Returns ``proposed`` itself only when it was stored."""
+    """Store ``proposed`` if the phase still holds the plan text ``seen`` (None: no plan), as read
+    before ``proposed`` was built. Otherwise another command stored its plan in between: this
+    one uses that plan if its study file matches it, and refuses naming the fields if not.
+    Returns ``proposed`` itself only when it was stored (the caller then created the phase)."""
     from tuner.orchestrate import compare_and_set_attr, optuna_study_name
 
     spec = loaded.spec

@@ -19,7 +19,7 @@ from tuner.playbook.plan import FitTarget, SlotPlan, StoredPlan
 if TYPE_CHECKING:
     from tuner.playbook.sweep_lr import SweepResult
     from tuner.playbook.trial_lengths import ProductionLength
-    from tuner.spec import LoadedStudy
+    from tuner.spec import LoadedStudy, StudySpec
 
 LR_PARAM = "optimizer.lr"
 
@@ -60,10 +60,18 @@ def _switched_off(loaded: LoadedStudy, overrides: dict[str, Any]) -> list[str]:
     return lines
 
 
+def sweep_overrides(spec: StudySpec) -> dict[str, Any]:
+    """What every grid trial sets (augmentation aside): a built-in workload's own regularisation
+    off (its declared options), then ``sweep_lr.overrides``, which win. ``tuner validate`` lists
+    the same."""
+    from tuner.workloads import regularisation_off
+
+    return {**regularisation_off(spec.workload.name), **spec.sweep_lr.overrides}
+
+
 def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
     from tuner.playbook.sweep_lr import default_grid
     from tuner.train.objective import metric_direction
-    from tuner.workloads import regularisation_off
 
     spec = loaded.spec
     sweep = spec.sweep_lr
@@ -74,8 +82,7 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
             "sweep_lr.max_steps is not set (the cap on each grid trial): set it, e.g. to a few times "
             "the steps you expect the model to need"
         )
-    # the workload's own regularisation off first, so that the file's sweep_lr.overrides win
-    overrides = {**regularisation_off(spec.workload.name), **sweep.overrides, "augment": False}
+    overrides = {**sweep_overrides(spec), "augment": False}
     plan = StoredPlan(
         phase="sweep-lr",
         kind="sweep-lr",
