@@ -59,12 +59,18 @@ class _Output:
     def text(self) -> str:
         return "".join(self.lines)
 
+    def all_of_it(self) -> str:
+        """Everything, once the process has exited: the reader has met the end of its output (a
+        fixed pause would lose the last lines on a busy machine)."""
+        self._thread.join(timeout=120)
+        return self.text()
+
 
 def _wait_for(condition: Callable[[], bool], what: str, process: Any, output: _Output) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition():
         if process.poll() is not None:
-            time.sleep(0.5)  # let the reader catch up before reporting
+            output.all_of_it()  # let the reader catch up before reporting
             if condition():
                 return
             raise AssertionError(f"run-round ended before {what}:\n{output.text()}")
@@ -155,8 +161,7 @@ def test_losing_the_storage_leaves_the_workers_running_and_the_view_stale(
             command.kill()
             command.wait()
         _reconnect(admin, login_role)
-    time.sleep(0.5)
-    text = output.text()
+    text = output.all_of_it()
     assert command.returncode == 1, text
     assert "Traceback" not in text
     assert "showing the last view; the workers go on" in text

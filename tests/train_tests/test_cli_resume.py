@@ -112,7 +112,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     study.write_text(yaml.safe_dump(config))
     runs = folder / "runs"
     process = _start(study, runs)
-    _, err = process.communicate(timeout=300)
+    _, err = process.communicate(timeout=2 * PATIENCE_S)
     assert process.returncode == 0, err
     return study, _run_dir(runs)
 
@@ -137,7 +137,7 @@ def test_sigterm_then_rerun_matches_an_uninterrupted_run(
     if signals == 2:
         time.sleep(0.5)  # two signals sent at once would merge into one
         process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=PATIENCE_S)
     pause.unlink(missing_ok=True)
     assert process.returncode == 130, err
     status = read_status(_run_dir(runs))
@@ -148,7 +148,7 @@ def test_sigterm_then_rerun_matches_an_uninterrupted_run(
         assert err.strip() == "error: interrupted; run the same command again to continue"
 
     rerun = _start(study, runs)
-    out, err = rerun.communicate(timeout=300)
+    out, err = rerun.communicate(timeout=2 * PATIENCE_S)
     assert rerun.returncode == 0, err
     assert "resuming" in err and "resumed from step" in out
     _assert_same_run(_run_dir(runs), reference_dir)
@@ -159,13 +159,13 @@ def test_a_reader_that_goes_away_does_not_fail_the_run(tmp_path: Path) -> None:
     study = write_study(tmp_path, max_train_steps=200, eval_every=10, log_every=10)
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "tuner", "train", str(study), "--output-dir", str(runs)]
-    train = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    head = subprocess.Popen(["head", "-1"], stdin=train.stdout, stdout=subprocess.PIPE)
+    train = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    head = spawn(["head", "-1"], stdin=train.stdout, stdout=subprocess.PIPE)
     assert train.stdout is not None
     train.stdout.close()  # only `head` reads the pipe now
-    first, _ = head.communicate(timeout=120)
+    first, _ = head.communicate(timeout=PATIENCE_S)  # start-up: imports, the dataset
     assert first.decode().startswith("engine-test: step 0/200")
-    assert train.wait(timeout=300) == 0
+    assert train.wait(timeout=2 * PATIENCE_S) == 0
     status = read_status(_run_dir(runs))
     assert status["status"] == "completed" and status["step"] == 200
     assert "error.log" not in {p.name for p in _run_dir(runs).iterdir()}

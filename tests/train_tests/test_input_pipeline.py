@@ -296,7 +296,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("reference")
     runs = folder / "runs"
     process = _train(_study(folder, item_sleep_s=0.0005), runs, workers=0)
-    _, err = process.communicate(timeout=300)
+    _, err = process.communicate(timeout=2 * PATIENCE_S)
     assert process.returncode == 0, err
     return _run_dir(runs)
 
@@ -307,7 +307,7 @@ def test_train_with_two_workers_writes_the_same_metrics_and_leaves_no_process(
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     process = _train(_study(tmp_path, item_sleep_s=0.0005, pid_dir=str(pid_dir)), tmp_path / "runs", 2)
-    _, err = process.communicate(timeout=300)
+    _, err = process.communicate(timeout=2 * PATIENCE_S)
     assert process.returncode == 0, err
     assert _metrics(_run_dir(tmp_path / "runs")) == _metrics(reference)
     workers = _worker_pids(pid_dir, process.pid)
@@ -332,7 +332,7 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_workers_to_the_same_numbers(
     # the run stops cleanly after it (a worker killed by it would make the next batch fail)
     os.killpg(process.pid, signal.SIGINT)
     pause.unlink()
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=PATIENCE_S)
     assert process.returncode == 130, err
     status = read_status(_run_dir(runs))
     assert status["status"] == "interrupted" and status["step"] == 13
@@ -340,7 +340,7 @@ def test_a_run_stopped_with_ctrl_c_resumes_with_workers_to_the_same_numbers(
     assert len(first_workers) == 2 and not any(_alive(pid) for pid in first_workers)
 
     rerun = _train(study, runs, 2)  # the loader starts at step 13 this time
-    out, err = rerun.communicate(timeout=300)
+    out, err = rerun.communicate(timeout=2 * PATIENCE_S)
     assert rerun.returncode == 0 and "resumed from step 13" in out, err
     assert _metrics(_run_dir(runs)) == _metrics(reference)
     assert not any(_alive(pid) for pid in _worker_pids(pid_dir, rerun.pid))
@@ -353,7 +353,7 @@ def test_a_dataset_that_raises_is_blamed_at_its_line_with_or_without_workers(
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     process = _train(_study(tmp_path, fail=True, pid_dir=str(pid_dir)), tmp_path / "runs", workers)
-    _, err = process.communicate(timeout=300)
+    _, err = process.communicate(timeout=2 * PATIENCE_S)
     assert process.returncode == 1
     assert "the workload raised ValueError: item" in err and "is unreadable at " in err
     assert "item_workload.py:" in err and "in __getitem__" in err and "Traceback" not in err
@@ -374,7 +374,7 @@ def test_workers_die_with_a_training_process_killed_by_sigkill(tmp_path: Path) -
     workers = _worker_pids(pid_dir, process.pid)
     assert len(workers) == 2
     process.kill()  # no clean-up code runs in the training process
-    process.communicate(timeout=60)
+    process.communicate(timeout=PATIENCE_S)
     deadline = time.monotonic() + 120
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
