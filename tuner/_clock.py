@@ -7,16 +7,14 @@ measured on the storage's own clock (``tuner.orchestrate.phase.storage_clock``) 
 files, progress views) is for display on the machine that wrote it.
 
 ``TUNER_TEST_CLOCK_OFFSET_S`` (tests only) shifts this clock, and the times Optuna stamps on the
-trials this process records, by that many seconds: a machine whose clock is off, without
-changing the real one.
+trials this process records (``tuner.orchestrate._optuna_adapter.skew_optuna_stamps``), by that
+many seconds: a machine whose clock is off, without changing the real one.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta
-from typing import Any
 
 OFFSET_ENV = "TUNER_TEST_CLOCK_OFFSET_S"
 
@@ -29,19 +27,3 @@ def offset_s() -> float:
 def now() -> float:
     """``time.time()`` as this machine's clock reads it (a test's offset included)."""
     return time.time() + offset_s()
-
-
-def skew_optuna_stamps() -> None:
-    """Make Optuna's trial stamps (``datetime_start``/``datetime_complete``) use this clock when
-    a test sets an offset: what a worker on a machine with a wrong clock would write."""
-    offset = offset_s()
-    if not offset:
-        return
-    from optuna.storages._rdb import storage as rdb
-
-    class _SkewedDatetime(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
-            return datetime.now(tz) + timedelta(seconds=offset)
-
-    rdb.datetime = _SkewedDatetime  # type: ignore[misc]

@@ -1,5 +1,6 @@
 """The few things tuner needs from Optuna that its public API does not offer, in one place:
-three private calls (below), and reading a whole study fast from Optuna's tables (at the end).
+three private calls (below), reading a whole study fast from Optuna's tables, and, for tests
+only, skewing the clock Optuna stamps trials with (at the end).
 
 Everything else goes through public API: ``RDBStorage`` methods (``create_new_trial``,
 ``set_trial_state_values``, ``record_heartbeat``, ``get_trial_id_from_study_id_trial_number``…)
@@ -183,3 +184,25 @@ def select_intermediate_values(
         if decoded is not None:
             curves[int(number)][int(step)] = decoded
     return curves
+
+
+def skew_optuna_stamps() -> None:
+    """Private, tests only: make Optuna's trial stamps (``datetime_start``/``datetime_complete``)
+    use ``tuner._clock`` when a test sets ``TUNER_TEST_CLOCK_OFFSET_S``: what a worker on a machine
+    whose clock is off would write. Optuna stamps with ``datetime.now()`` inside its RDB storage
+    module, with no public hook; a no-op without the test setting."""
+    from datetime import datetime, timedelta
+
+    from tuner import _clock
+
+    offset = _clock.offset_s()
+    if not offset:
+        return
+    from optuna.storages._rdb import storage as rdb
+
+    class _SkewedDatetime(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+            return datetime.now(tz) + timedelta(seconds=offset)
+
+    rdb.datetime = _SkewedDatetime  # type: ignore[misc]

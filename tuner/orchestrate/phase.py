@@ -241,9 +241,10 @@ def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> 
     """The running phase ``<study>/<phase>``; a one-line error if nobody started it."""
     import optuna
 
+    from tuner.orchestrate._optuna_adapter import skew_optuna_stamps
     from tuner.orchestrate.storage import with_retries
 
-    _clock.skew_optuna_stamps()  # a no-op unless a test sets a clock offset
+    skew_optuna_stamps()  # a no-op unless a test sets a clock offset
     name = optuna_study_name(study, phase)
     try:
         optuna_study = with_retries(optuna.load_study, study_name=name, storage=storage, sampler=sampler)
