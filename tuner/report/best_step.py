@@ -10,8 +10,8 @@ A trial's best step is only known to the resolution of ``eval_every``: when the 
 comes after 10% of training, "the first 10%" cannot be seen, and the report says so. Fewer than
 ``MIN_EVALS`` (4) evals in a run give no position verdict at all, and "still improving" needs at
 least ``MIN_LATE_EVALS`` (2) evals in the last 25%: with evals only at steps 100 and 120 of 120,
-every best step lands there by construction. Then the verdict is "cannot tell", with an
-``eval_every`` giving ``SUGGESTED_EVALS`` (20) evals a run.
+every best step lands there by construction. Then the verdict is "cannot tell", with the largest
+readable ``eval_every`` that gives those evals in the study's shortest round (round 1).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half 
 HISTOGRAM_BINS = 10
 MIN_EVALS = 4  # evals in a run for any position verdict
 MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"
-SUGGESTED_EVALS = 20  # the suggested eval_every gives this many evals a run (5 in the last 25%)
+READABLE = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0)  # a suggested eval_every is one of these x 10^k
 RESOLUTION_RULE = (
     f"a position verdict needs at least {MIN_EVALS} evals in a run, and 'late' at least "
     f"{MIN_LATE_EVALS} in its last {1 - LATE:.0%}"
@@ -132,9 +132,10 @@ def _production(phase: PhaseData) -> int | None:
     return phase.plan.max_train_steps if phase.plan is not None else None
 
 
-def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
+def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | None = None) -> BestStepResult:
     """Best-step positions of the phase's completed trials, and the playbook's verdict on them
-    (none when not ``judge``: the trials learned nothing, ``learning``)."""
+    (none when not ``judge``: the trials learned nothing, ``learning``). ``shortest``: the
+    shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
@@ -147,7 +148,7 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
-        _unresolved(phase, result, "where in training the best checkpoints fall")
+        _unresolved(phase, result, "where in training the best checkpoints fall", shortest)
         return result
     if eval_every and trial_steps and eval_every / trial_steps > EARLY:
         result.findings.append(
@@ -173,11 +174,11 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
             )
         )
         return result
-    _verdict(phase, ranked, result)
+    _verdict(phase, ranked, result, shortest)
     return result
 
 
-def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) -> None:
+def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, shortest: int | None) -> None:
     values = [float(s.position) for s in ranked if s.position is not None]
     top = values[:TOP]
     needed_top = min(TOP_NEEDED, len(top))
@@ -238,7 +239,7 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) 
         and late_all >= half
         and eval_counts(eval_every, trial_steps)[1] < MIN_LATE_EVALS
     ):
-        _unresolved(phase, result, "whether the runs were still improving")
+        _unresolved(phase, result, "whether the runs were still improving", shortest)
         return
     if late_top >= needed_top and late_all >= half:
         numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
@@ -311,17 +312,46 @@ def eval_counts(eval_every: int, trial_steps: int) -> tuple[int, int]:
     return len(steps), sum(1 for step in steps if step > LATE * trial_steps)
 
 
-def _unresolved(phase: PhaseData, result: BestStepResult, what: str) -> None:
+def suggested_eval_every(shortest: int) -> int | None:
+    """The largest readable ``eval_every`` (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 8 x a power of 10)
+    whose multiples alone give a run of ``shortest`` steps ``MIN_EVALS`` evals and
+    ``MIN_LATE_EVALS`` in its last 25%; the eval the engine adds after the last step is not counted,
+    so the answer holds whatever the length. Largest, because every eval costs a pass over the eval
+    set in every round: ``steps / 20`` of a short round 1 makes a full-length round eval 100 times."""
+    for value in sorted(_readable(shortest), reverse=True):
+        multiples = range(value, shortest + 1, value)
+        late = sum(1 for step in multiples if step > LATE * shortest)
+        if len(multiples) >= MIN_EVALS and late >= MIN_LATE_EVALS:
+            return value
+    return None
+
+
+def _readable(limit: int) -> set[int]:
+    values, scale = set(), 1
+    while scale <= limit:
+        values.update(int(m * scale) for m in READABLE if m * scale <= limit and (m * scale).is_integer())
+        scale *= 10
+    return values
+
+
+def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
     eval_every, trial_steps = phase.eval_every or 0, phase.trial_steps or 0
     evals, late_evals = eval_counts(eval_every, trial_steps)
-    suggested = max(1, trial_steps // SUGGESTED_EVALS)
-    better = suggested if suggested < eval_every else None
-    advice = (
-        f"lower training.eval_every {eval_every} -> {better} ({SUGGESTED_EVALS} evals a run, "
-        f"{eval_counts(better, trial_steps)[1]} in its last 25%), then judge the length again"
-        if better is not None
-        else "train longer runs, so that evals can fall in more places"
-    )
+    shortest = min(shortest or trial_steps, trial_steps)
+    suggested = suggested_eval_every(shortest)
+    better = suggested if suggested is not None and suggested < eval_every else None
+    advice = "train longer runs, so that evals can fall in more places"
+    if better is not None:
+        short_evals, short_late = eval_counts(better, shortest)
+        which = " (the shortest round)" if shortest < trial_steps else ""
+        advice = (
+            f"lower training.eval_every {eval_every} -> {better} ({short_evals} evals a run of {shortest} "
+            f"steps{which}, {short_late} in its last 25%"
+        )
+        production = _production(phase)
+        if production is not None and production > shortest:
+            advice += f"; {eval_counts(better, production)[0]} at the full {production} steps"
+        advice += "), then judge the length again"
     # the coarse note's advice is this one's: one verdict says it
     result.findings[:] = [f for f in result.findings if not isinstance(f, BestStepCoarse)]
     result.findings.append(
