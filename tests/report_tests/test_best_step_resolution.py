@@ -122,3 +122,26 @@ def test_suggested_eval_every_is_the_largest_readable_one_with_enough_evals(
         return
     evals, late = eval_counts(expected, steps)
     assert evals >= 4 and late >= 2
+
+
+def test_a_phase_with_no_completed_trial_gets_no_best_step_advice(tmp_path: Path) -> None:
+    built = study(tmp_path, max_train_steps=120, eval_every=100, round1={"steps": 120})
+    phase = built.start("round-1")
+    add_trial(phase, 0, None, {LR: 0.05}, state="FAIL", failure_reason="crashed")
+    add_trial(phase, 1, None, {LR: 0.06}, state="RUNNING")
+    best_step = report_of(built).phases[0].best_step
+    assert best_step is not None
+    assert kinds(best_step.findings) == ["best_step_too_few"]
+    assert best_step.findings[0].text == "no completed trial to judge"
+    assert best_step.findings[0].advice is None
+    result = CliRunner().invoke(app, ["report", str(built.path), "--output-dir", str(built.output_dir)])
+    assert result.exit_code == 0, result.output
+    assert "eval_every" not in result.output
+
+
+def test_one_completed_trial_still_hears_that_the_first_eval_is_too_late(tmp_path: Path) -> None:
+    built = study(tmp_path, max_train_steps=120, eval_every=100, round1={"steps": 120})
+    add_trial(built.start("round-1"), 0, 0.1, {LR: 0.05}, best_step=100)
+    best_step = report_of(built).phases[0].best_step
+    assert best_step is not None
+    assert kinds(best_step.findings) == ["best_step_coarse", "best_step_too_few"]

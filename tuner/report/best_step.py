@@ -145,6 +145,10 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | Non
     if not judge:
         result.findings.append(NOT_JUDGED)
         return result
+    if not phase.completed:  # nothing trained to its end: advice on the eval grid would be a guess
+        text = "no completed trial to judge"
+        result.findings.append(BestStepUnknown(completed=0, needed=MIN_TRIALS, level=Level.INFO, text=text))
+        return result
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
