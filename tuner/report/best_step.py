@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
+from tuner.report.eval_grid import LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts, suggested_eval_every
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
-LATE = 0.75  # best step > 75%: in the last 25%
 TOP = 5
 TOP_NEEDED = 3
 MIN_TRIALS = 3
@@ -35,9 +35,6 @@ EARLY_GROWTH = 2.0  # suggested length: 2 x the latest early best step among the
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
 CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
 HISTOGRAM_BINS = 10
-MIN_EVALS = 4  # evals in a run for any position verdict
-MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"
-READABLE = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0)  # a suggested eval_every is one of these x 10^k
 RESOLUTION_RULE = (
     f"a position verdict needs at least {MIN_EVALS} evals in a run, and 'late' at least "
     f"{MIN_LATE_EVALS} in its last {1 - LATE:.0%}"
@@ -305,37 +302,6 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, 
             f"{len(values)} completed)",
         )
     )
-
-
-def eval_counts(eval_every: int, trial_steps: int) -> tuple[int, int]:
-    """Evals in a run of ``trial_steps`` (every ``eval_every`` steps and after the last), and how
-    many of them fall in its last 25%."""
-    if eval_every <= 0 or trial_steps <= 0:
-        return 0, 0
-    steps = {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
-    return len(steps), sum(1 for step in steps if step > LATE * trial_steps)
-
-
-def suggested_eval_every(shortest: int) -> int | None:
-    """The largest readable ``eval_every`` (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7.5, 8 x a power of 10)
-    whose multiples alone give a run of ``shortest`` steps ``MIN_EVALS`` evals and
-    ``MIN_LATE_EVALS`` in its last 25%; the eval the engine adds after the last step is not counted,
-    so the answer holds whatever the length. Largest, because every eval costs a pass over the eval
-    set in every round: ``steps / 20`` of a short round 1 makes a full-length round eval 100 times."""
-    for value in sorted(_readable(shortest), reverse=True):
-        multiples = range(value, shortest + 1, value)
-        late = sum(1 for step in multiples if step > LATE * shortest)
-        if len(multiples) >= MIN_EVALS and late >= MIN_LATE_EVALS:
-            return value
-    return None
-
-
-def _readable(limit: int) -> set[int]:
-    values, scale = set(), 1
-    while scale <= limit:
-        values.update(int(m * scale) for m in READABLE if m * scale <= limit and (m * scale).is_integer())
-        scale *= 10
-    return values
 
 
 def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
