@@ -145,3 +145,11 @@ def test_one_completed_trial_still_hears_that_the_first_eval_is_too_late(tmp_pat
     best_step = report_of(built).phases[0].best_step
     assert best_step is not None
     assert kinds(best_step.findings) == ["best_step_coarse", "best_step_too_few"]
+
+
+def test_a_first_eval_after_10_percent_suggests_a_readable_eval_every_that_sees_it(tmp_path: Path) -> None:
+    # eval_every 20 of 120 steps: first eval at 17%; 10 is the largest readable value <= 12 (10%)
+    best_step = report_of(_round(tmp_path, 20, [40, 60, 80, 60, 40, 80])).phases[0].best_step
+    assert best_step is not None
+    coarse = only(best_step.findings, "best_step_coarse")
+    assert "lower training.eval_every (e.g. to 10)" in coarse.advice

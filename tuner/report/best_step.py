@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
-from tuner.report.eval_grid import LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts, suggested_eval_every
+from tuner.report.eval_grid import (
+    LATE,
+    MIN_EVALS,
+    MIN_LATE_EVALS,
+    eval_counts,
+    readable_at_most,
+    suggested_eval_every,
+)
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.study_data import PhaseData, TrialSlot
@@ -152,6 +159,7 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | Non
         _unresolved(phase, result, "where in training the best checkpoints fall", shortest)
         return result
     if eval_every and trial_steps and eval_every / trial_steps > EARLY:
+        finer = readable_at_most(EARLY * trial_steps)  # the first eval within the first 10%
         result.findings.append(
             BestStepCoarse(
                 eval_every=eval_every,
@@ -161,7 +169,7 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | Non
                 text=f"the first eval is at step {eval_every} of {trial_steps} "
                 f"({pct(eval_every / trial_steps)} of training), so a best step in the first 10% "
                 "cannot be seen",
-                advice=f"lower training.eval_every (e.g. to {max(1, trial_steps // 20)}) for a finer answer",
+                advice=f"lower training.eval_every (e.g. to {finer}) for a finer answer",
             )
         )
     if len(ranked) < MIN_TRIALS:

@@ -43,3 +43,9 @@ def _readable(limit: int) -> set[int]:
         values.update(int(m * scale) for m in READABLE if m * scale <= limit and (m * scale).is_integer())
         scale *= 10
     return values
+
+
+def readable_at_most(limit: float) -> int:
+    """The largest readable ``eval_every`` not above ``limit`` (at least 1): ``steps / 20`` gives
+    numbers like 6 that grow to 100 evals in a 5x longer round."""
+    return max((v for v in _readable(int(limit)) if v <= limit), default=1)
