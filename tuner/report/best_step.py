@@ -10,8 +10,8 @@ A trial's best step is only known to the resolution of ``eval_every``: when the 
 comes after 10% of training, "the first 10%" cannot be seen, and the report says so. Fewer than
 ``MIN_EVALS`` (4) evals in a run give no position verdict at all, and "still improving" needs at
 least ``MIN_LATE_EVALS`` (2) evals in the last 25%: with evals only at steps 100 and 120 of 120,
-every best step lands there by construction. Then the verdict is "cannot tell", with an
-``eval_every`` giving ``SUGGESTED_EVALS`` (20) evals a run.
+every best step lands there by construction. Then the verdict is "cannot tell", with the largest
+readable ``eval_every`` that gives those evals in the study's shortest round (round 1).
 """
 
 from __future__ import annotations
@@ -22,12 +22,19 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
+from tuner.report.eval_grid import (
+    LATE,
+    MIN_EVALS,
+    MIN_LATE_EVALS,
+    eval_counts,
+    readable_at_most,
+    suggested_eval_every,
+)
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
-LATE = 0.75  # best step > 75%: in the last 25%
 TOP = 5
 TOP_NEEDED = 3
 MIN_TRIALS = 3
@@ -35,9 +42,6 @@ EARLY_GROWTH = 2.0  # suggested length: 2 x the latest early best step among the
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
 CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
 HISTOGRAM_BINS = 10
-MIN_EVALS = 4  # evals in a run for any position verdict
-MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"
-SUGGESTED_EVALS = 20  # the suggested eval_every gives this many evals a run (5 in the last 25%)
 RESOLUTION_RULE = (
     f"a position verdict needs at least {MIN_EVALS} evals in a run, and 'late' at least "
     f"{MIN_LATE_EVALS} in its last {1 - LATE:.0%}"
@@ -132,9 +136,10 @@ def _production(phase: PhaseData) -> int | None:
     return phase.plan.max_train_steps if phase.plan is not None else None
 
 
-def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
+def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | None = None) -> BestStepResult:
     """Best-step positions of the phase's completed trials, and the playbook's verdict on them
-    (none when not ``judge``: the trials learned nothing, ``learning``)."""
+    (none when not ``judge``: the trials learned nothing, ``learning``). ``shortest``: the
+    shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
@@ -144,12 +149,17 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
     if not judge:
         result.findings.append(NOT_JUDGED)
         return result
+    if not phase.completed:  # nothing trained to its end: advice on the eval grid would be a guess
+        text = "no completed trial to judge"
+        result.findings.append(BestStepUnknown(completed=0, needed=MIN_TRIALS, level=Level.INFO, text=text))
+        return result
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
-        _unresolved(phase, result, "where in training the best checkpoints fall")
+        _unresolved(phase, result, "where in training the best checkpoints fall", shortest)
         return result
     if eval_every and trial_steps and eval_every / trial_steps > EARLY:
+        finer = readable_at_most(EARLY * trial_steps)  # the first eval within the first 10%
         result.findings.append(
             BestStepCoarse(
                 eval_every=eval_every,
@@ -159,7 +169,7 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
                 text=f"the first eval is at step {eval_every} of {trial_steps} "
                 f"({pct(eval_every / trial_steps)} of training), so a best step in the first 10% "
                 "cannot be seen",
-                advice=f"lower training.eval_every (e.g. to {max(1, trial_steps // 20)}) for a finer answer",
+                advice=f"lower training.eval_every (e.g. to {finer}) for a finer answer",
             )
         )
     if len(ranked) < MIN_TRIALS:
@@ -173,11 +183,11 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True) -> BestStepResult:
             )
         )
         return result
-    _verdict(phase, ranked, result)
+    _verdict(phase, ranked, result, shortest)
     return result
 
 
-def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) -> None:
+def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, shortest: int | None) -> None:
     values = [float(s.position) for s in ranked if s.position is not None]
     top = values[:TOP]
     needed_top = min(TOP_NEEDED, len(top))
@@ -238,7 +248,7 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) 
         and late_all >= half
         and eval_counts(eval_every, trial_steps)[1] < MIN_LATE_EVALS
     ):
-        _unresolved(phase, result, "whether the runs were still improving")
+        _unresolved(phase, result, "whether the runs were still improving", shortest)
         return
     if late_top >= needed_top and late_all >= half:
         numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
@@ -302,26 +312,24 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult) 
     )
 
 
-def eval_counts(eval_every: int, trial_steps: int) -> tuple[int, int]:
-    """Evals in a run of ``trial_steps`` (every ``eval_every`` steps and after the last), and how
-    many of them fall in its last 25%."""
-    if eval_every <= 0 or trial_steps <= 0:
-        return 0, 0
-    steps = {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
-    return len(steps), sum(1 for step in steps if step > LATE * trial_steps)
-
-
-def _unresolved(phase: PhaseData, result: BestStepResult, what: str) -> None:
+def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
     eval_every, trial_steps = phase.eval_every or 0, phase.trial_steps or 0
     evals, late_evals = eval_counts(eval_every, trial_steps)
-    suggested = max(1, trial_steps // SUGGESTED_EVALS)
-    better = suggested if suggested < eval_every else None
-    advice = (
-        f"lower training.eval_every {eval_every} -> {better} ({SUGGESTED_EVALS} evals a run, "
-        f"{eval_counts(better, trial_steps)[1]} in its last 25%), then judge the length again"
-        if better is not None
-        else "train longer runs, so that evals can fall in more places"
-    )
+    shortest = min(shortest or trial_steps, trial_steps)
+    suggested = suggested_eval_every(shortest)
+    better = suggested if suggested is not None and suggested < eval_every else None
+    advice = "train longer runs, so that evals can fall in more places"
+    if better is not None:
+        short_evals, short_late = eval_counts(better, shortest)
+        which = " (the shortest round)" if shortest < trial_steps else ""
+        advice = (
+            f"lower training.eval_every {eval_every} -> {better} ({short_evals} evals a run of {shortest} "
+            f"steps{which}, {short_late} in its last 25%"
+        )
+        production = _production(phase)
+        if production is not None and production > shortest:
+            advice += f"; {eval_counts(better, production)[0]} at the full {production} steps"
+        advice += "), then judge the length again"
     # the coarse note's advice is this one's: one verdict says it
     result.findings[:] = [f for f in result.findings if not isinstance(f, BestStepCoarse)]
     result.findings.append(

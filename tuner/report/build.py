@@ -120,6 +120,15 @@ def _round_lengths(chosen: list[Suggestion], phases: list[PhaseReport]) -> list[
     return scaled
 
 
+def _shortest_round(data: StudyData, phase: PhaseData) -> int | None:
+    """The shortest trial length among the study's rounds read here (round 1, or the phase's own
+    source round when only later phases were asked for)."""
+    rounds = [p for p in data.phases if p.kind == "round"]
+    if phase.plan is not None and phase.plan.source_phase is not None:
+        rounds.append(data.phase(phase.plan.source_phase))
+    return min((p.trial_steps for p in rounds if p is not None and p.trial_steps), default=None)
+
+
 def _judged(findings: list[Finding]) -> bool:
     """A diagnostic reached a verdict (not only "too few trials" or a note)."""
     return any(f.level in (Level.OK, Level.WARNING) for f in findings)
@@ -138,7 +147,7 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(phase)
     else:
-        report.best_step = diagnose_best_step(phase, judge=learned)
+        report.best_step = diagnose_best_step(phase, judge=learned, shortest=_shortest_round(data, phase))
     if phase.searched and phase.plan is not None:
         report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config), judge=learned)
     if phase.plan is not None and phase.plan.source_phase is not None:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 
 from tuner.report.best_step import LATE
 from tuner.report.findings import Finding, Level, fmt, of, ordinal
+from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
 from tuner.report.noise import Band, Noise, measure_noise
 from tuner.report.study_data import PhaseData, SlotState
@@ -79,12 +80,6 @@ class SourceTooShort(Finding):
     kind: ClassVar[str] = "source_too_short"
     late: int
     completed: int
-
-
-@dataclass(frozen=True)
-class LrMultiplierWins(Finding):
-    kind: ClassVar[str] = "lr_multiplier"
-    wins: dict[str, int]  # multiplier -> points where it gave the best value
 
 
 @dataclass
@@ -218,7 +213,9 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         more_points = source is None or len(points) < len(source.completed)
         finding = _correlation_finding(phase, result.source_phase, rho, first, common, more_points)
         result.findings.append(finding)
-    _multipliers(phase, result)
+    multipliers = multiplier_finding(phase, [p.source_trial for p in points], noise)
+    if multipliers is not None:
+        result.findings.append(multipliers)
     if source is not None:
         correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
         _too_short(source, result, quality=correlation.quality if correlation else "too_few")
@@ -309,41 +306,6 @@ def _correlation_finding(
         advice=f"{source} was too short or too noisy to rank: lengthen its trials (length_fraction), add "
         f"seeds, and pick from the long runs, not from its ranking{more}",
         **common,
-    )
-
-
-def _multipliers(phase: PhaseData, result: TransferResult) -> None:
-    """With ``lr_multipliers``, which multiple of the LR won, per point."""
-    multipliers = {float(s.attrs.get("lr_multiplier", 1.0)) for s in phase.slots}
-    if len(multipliers) < 2:
-        return
-    sign = 1.0 if phase.minimize else -1.0
-    wins: dict[str, int] = {}
-    for point in result.points:
-        runs = [
-            s
-            for s in phase.completed
-            if s.attrs.get("source_trial") == point.source_trial and s.value is not None
-        ]
-        if runs:
-            winner = min(runs, key=lambda s: sign * float(s.value or 0.0))
-            label = f"{float(winner.attrs.get('lr_multiplier', 1.0)):g}"
-            wins[label] = wins.get(label, 0) + 1
-    if not wins:
-        return
-    text = ", ".join(f"x{m} best for {of(n, len(result.points), 'points')}" for m, n in sorted(wins.items()))
-    moved = sum(n for m, n in wins.items() if float(m) != 1.0)
-    result.findings.append(
-        LrMultiplierWins(
-            wins=wins,
-            level=Level.WARNING if moved * 2 > sum(wins.values()) else Level.INFO,
-            rule="per point, the LR multiplier whose trial had the best value",
-            text=f"learning-rate multipliers: {text}",
-            advice="the best LR moved at full length: retune the LR (and its schedule) at the production "
-            "length"
-            if moved * 2 > sum(wins.values())
-            else None,
-        )
     )
 
 

@@ -209,6 +209,7 @@ class SweepLrSpec(_Model):
 
 
 DEFAULT_ROUND1_TRIALS = 20
+DEFAULT_ROUND1_FRACTION = 0.2  # round 1's trial length, of max_train_steps, unless steps says
 
 
 class RoundSpec(_Model):
@@ -251,8 +252,17 @@ class RoundsSpec(_Model):
     model_config = ConfigDict(extra="allow", strict=True, validate_default=True)
     __pydantic_extra__: dict[str, RoundSpec] = Field(init=False)  # round3, round4... validated as rounds
 
-    round1: RoundSpec = Field(default_factory=lambda: RoundSpec(trials=20, length_fraction=0.2))
+    round1: RoundSpec = Field(default_factory=lambda: RoundSpec(trials=DEFAULT_ROUND1_TRIALS))
     round2: RoundSpec = Field(default_factory=RoundSpec)
+
+    @model_validator(mode="after")
+    def _round1_short_by_default(self) -> RoundsSpec:
+        """A ``round1`` that sets only its budget (``{trials: 4}``) keeps the default length: a
+        user who says how many trials has not said how long they train. (A later round without a
+        length trains at the production length, so its default is "none" and stays.)"""
+        if self.round1.steps is None and self.round1.length_fraction is None:
+            self.round1 = self.round1.model_copy(update={"length_fraction": DEFAULT_ROUND1_FRACTION})
+        return self
 
     @model_validator(mode="after")
     def _round_names(self) -> RoundsSpec:
