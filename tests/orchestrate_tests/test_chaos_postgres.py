@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._processes import wait_for as _wait_for
 from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
-from tests.orchestrate_tests.test_preemption import _wait_for
 from tuner.playbook import start_round
 from tuner.spec import load_study
 
@@ -111,8 +111,8 @@ def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
     import json
     import signal
 
+    from tests._processes import wait_for as _wait_for
     from tests.orchestrate_tests.conftest import start_tuner
-    from tests.orchestrate_tests.test_preemption import _wait_for
     from tuner.orchestrate import count_trials
 
     here, there = tmp_path / "here", tmp_path / "there"

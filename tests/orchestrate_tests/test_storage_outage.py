@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests._processes import wait_for as _wait_for
 from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
 from tests.orchestrate_tests.tcp_proxy import TcpProxy
-from tests.orchestrate_tests.test_preemption import _wait_for
 
 OUTAGE_S = 15  # twice the old window, a fraction of the default one
 WINDOW_S = "45"  # TUNER_STORAGE_OUTAGE_S for these tests: longer than the outage, shorter than the default

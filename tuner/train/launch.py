@@ -149,7 +149,6 @@ def _rank_main(
     """
     signal.signal(signal.SIGTERM, _interrupt_now)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C comes through the launcher
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     die_with_parent(signal.SIGKILL, parent_pid)
     os.setpgid(0, 0)  # out of the terminal's process group: signals come through the launcher
     os.environ.update(
@@ -163,6 +162,9 @@ def _rank_main(
         sys.stderr = _PrefixedStream(sys.stderr, f"[rank {ranks.rank}] ")  # type: ignore[assignment]
     code = 1
     try:
+        # inside the try: a stop held back while the rank started is delivered here, and is
+        # reported as an interrupt like any other (not a traceback from multiprocessing)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         import torch
         import torch.distributed as dist
 
