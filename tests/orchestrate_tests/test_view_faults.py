@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study
+from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
 
 WAIT_S = 180  # generous: a loaded machine
 
@@ -139,9 +139,13 @@ def test_losing_the_storage_leaves_the_workers_running_and_the_view_stale(
     url = url.update_query_dict({"application_name": unique_name}).render_as_string(hide_password=False)
     study = toy_study(tmp_path, name=unique_name, options={"step_sleep_s": 0.1}, round1={"trials": 6})
     output_dir = tmp_path / "runs"
+    # the final outcome read waits an outage out for $TUNER_STORAGE_OUTAGE_S (120 s by default)
+    # before it says it cannot read it: 15 s keeps the test short and still outlasts the view's
+    # first, short outage
     command = start_tuner(
         "run-round", str(study), "--round", "1", "--workers", "2",
         "--output-dir", str(output_dir), "--storage", url,
+        env=tuner_env(TUNER_STORAGE_OUTAGE_S="15"),
     )  # fmt: skip
     output = _Output(command)
     try:
