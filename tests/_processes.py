@@ -122,6 +122,15 @@ def spawn_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> 
     return spawn([sys.executable, "-m", "tuner", *args], env=env, **popen)
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, exited but not yet collected, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
     children: dict[int, list[int]] = {}

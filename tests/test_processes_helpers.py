@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._processes import descendants, finish, kill_everything_started, spawn, wait_for
+from tests._processes import alive, descendants, finish, kill_everything_started, spawn, wait_for
 
 #: a process that starts a child in a session of its own (as run-round starts its workers),
 #: writes both pids, then sleeps
@@ -20,14 +20,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_everything_a_test_started_is_killed_at_its_end_even_in_another_session(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     parent = spawn([sys.executable, "-c", PARENT, str(pids)])
@@ -35,7 +27,7 @@ def test_everything_a_test_started_is_killed_at_its_end_even_in_another_session(
     assert child in descendants(parent.pid) and os.getpgid(child) != os.getpgid(parent.pid)
     kill_everything_started()  # what the autouse fixture does after each test
     assert parent.returncode is not None
-    wait_for(lambda: not _alive(child), 30, "the child in its own session to die")
+    wait_for(lambda: not alive(child), 30, "the child in its own session to die")
 
 
 def test_wait_for_says_what_never_came_and_stops_when_the_process_exits(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._processes import wait_for
+from tests._processes import alive, wait_for
 from tests.orchestrate_tests.conftest import run_tuner, tuner_env
 
 #: stands in for ``tuner``: starts a grandchild in its group and one in a session of its own (as
@@ -26,14 +26,6 @@ with open(sys.argv[-1] + ".tmp", "w") as pids:
 import os; os.replace(sys.argv[-1] + ".tmp", sys.argv[-1])
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_tuner_command_that_times_out_takes_its_grandchildren_with_it(tmp_path: Path) -> None:
@@ -51,7 +43,7 @@ def test_a_tuner_command_that_times_out_takes_its_grandchildren_with_it(tmp_path
             run_tuner(str(pids), env=env, timeout=timeout)
         if pids.exists():
             for pid in map(int, pids.read_text().split()):
-                wait_for(lambda pid=pid: not _alive(pid), 30, f"grandchild {pid} to die")
+                wait_for(lambda pid=pid: not alive(pid), 30, f"grandchild {pid} to die")
             return
         timeout *= 2
     pytest.fail("the stand-in never started its grandchildren before the timeout")
