@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 import tuner
+from tuner._environment_faults import OOM_WORDS
 from tuner.errors import TunerError, WorkloadCodeError
 from tuner.output import shown_path
 from tuner.workloads import IGNORE_INDEX
@@ -48,12 +49,6 @@ def is_user_file(filename: str) -> bool:
     return not path.startswith(_not_user_code())
 
 
-# How an exhausted allocator words it: CUDA ("CUDA out of memory"), the CPU allocator
-# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ... bytes"), the C library
-# ("Cannot allocate memory", ENOMEM's strerror).
-_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
-
-
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` is a device or host running out of memory (a trial's ``oom`` reason).
 
@@ -61,7 +56,7 @@ def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
         return True
     text = str(error).lower()
-    return any(words in text for words in _OOM_WORDS)
+    return any(words in text for words in OOM_WORDS)  # one list of wordings: tuner._environment_faults
 
 
 def blame_workload(error: BaseException) -> WorkloadCodeError | None:
