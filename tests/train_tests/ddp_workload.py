@@ -73,6 +73,8 @@ def build(ctx: WorkloadContext) -> Workload:
     targets = (inputs[:, 0] > 0).long() + (inputs[:, 1] > 0.5).long()
     model = _Net(dict(ctx.options))
     print(f"built the model in process {os.getpid()}", flush=True)
+    for line in range(int(ctx.options.get("chatter", 0))):  # both ranks print at once
+        print(f"chatter {line} from rank {os.environ.get('RANK', 0)} " + "x" * 60, flush=True)
     if "init_dir" in ctx.options:
         torch.save(
             model.state_dict(), Path(ctx.options["init_dir"]) / f"init-rank{os.environ.get('RANK', 0)}.pt"

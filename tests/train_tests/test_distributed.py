@@ -118,10 +118,13 @@ def test_batch_norm_statistics_are_the_mean_of_the_ranks_after_the_sync(
 def straight_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One 2-process run, never stopped: what the other runs of the same study must match."""
     folder = tmp_path_factory.mktemp("straight")
-    study = ddp_study(folder, {"init_dir": str(folder)})
+    study = ddp_study(folder, {"init_dir": str(folder), "chatter": CHATTER})
     done = run_tuner("train", str(study), "--output-dir", str(folder / "runs"), "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
     return folder, done
+
+
+CHATTER = 300  # lines each rank prints at once: under load, split prints interleave mid-line
 
 
 def test_two_processes_start_from_the_same_weights_and_rank_0_alone_writes(
@@ -135,6 +138,10 @@ def test_two_processes_start_from_the_same_weights_and_rank_0_alone_writes(
     lines = (done.stdout + done.stderr).splitlines()
     assert sum(line.startswith("[rank 1] built the model") for line in lines) == 1
     assert sum(line.startswith("built the model") for line in lines) == 1
+    # every line whole: two ranks printing at once never share one line, nor split one
+    for rank, prefix in ((0, ""), (1, "[rank 1] ")):
+        chatter = [line for line in lines if line.startswith(f"{prefix}chatter ")]
+        assert chatter == [f"{prefix}chatter {n} from rank {rank} " + "x" * 60 for n in range(CHATTER)]
     run_dir = folder / "runs" / "ddp" / "train" / "run-001"
     steps = [step for step, _ in _losses(run_dir)]
     assert steps == list(range(1, 25))  # one row per step: a single writer

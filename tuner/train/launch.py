@@ -107,28 +107,54 @@ def _portable(error: BaseException) -> BaseException | None:
         return None
 
 
-class _PrefixedStream(io.TextIOBase):
-    """A text stream that writes ``[rank k] `` in front of every line (ranks > 0's output)."""
+class _LineStream(io.TextIOBase):
+    """A rank's stdout / stderr: whole lines, each written in one call and flushed at once.
 
-    def __init__(self, stream: TextIO, prefix: str) -> None:
-        self.stream, self.prefix, self.at_line_start = stream, prefix, True
+    The ranks share the terminal (or the pipe of whoever started ``tuner train``). ``print``
+    writes its text and its newline in two calls, so two ranks printing at once interleaved
+    mid-line ("built the model[rank 1] built the model"); a line written in one call under
+    ``PIPE_BUF`` bytes reaches a pipe whole. A partial line goes out only on ``flush``. Ranks > 0
+    get ``[rank k] `` in front of every line and never claim a terminal (no live progress there).
+    """
+
+    def __init__(self, stream: TextIO, prefix: str = "") -> None:
+        self.stream, self.prefix, self.at_line_start, self.pending = stream, prefix, True, ""
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        for piece in text.splitlines(keepends=True):
-            if self.at_line_start:
-                self.stream.write(self.prefix)
-            self.stream.write(piece)
-            self.at_line_start = piece.endswith("\n")
+        self.pending += text
+        end = self.pending.rfind("\n") + 1
+        if end:
+            lines, self.pending = self.pending[:end], self.pending[end:]
+            self._emit(lines)
         return len(text)
 
-    def flush(self) -> None:
+    def _emit(self, text: str) -> None:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            out.append(self.prefix + piece if self.at_line_start else piece)
+            self.at_line_start = piece.endswith(("\n", "\r"))
+        self.stream.write("".join(out))
         self.stream.flush()
 
+    def flush(self) -> None:
+        if self.pending:
+            text, self.pending = self.pending, ""
+            self._emit(text)
+        else:
+            self.stream.flush()
+
     def isatty(self) -> bool:
-        return False
+        return not self.prefix and self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.stream.encoding
 
 
 def _rank_main(
@@ -157,9 +183,9 @@ def _rank_main(
         WORLD_SIZE=str(ranks.world_size),
         LOCAL_WORLD_SIZE=str(ranks.world_size),
     )
-    if not ranks.is_main:
-        sys.stdout = _PrefixedStream(sys.stdout, f"[rank {ranks.rank}] ")  # type: ignore[assignment]
-        sys.stderr = _PrefixedStream(sys.stderr, f"[rank {ranks.rank}] ")  # type: ignore[assignment]
+    prefix = "" if ranks.is_main else f"[rank {ranks.rank}] "
+    sys.stdout = _LineStream(sys.stdout, prefix)  # type: ignore[assignment]
+    sys.stderr = _LineStream(sys.stderr, prefix)  # type: ignore[assignment]
     code = 1
     try:
         # inside the try: a stop held back while the rank started is delivered here, and is
