@@ -1,4 +1,5 @@
-"""A child process that must not outlive its parent (a trial, a rank of a multi-process run)."""
+"""A child process that must not outlive its parent (a trial, a rank of a multi-process run, a
+data worker), nor die of a stop signal that reached it before its own handlers were set."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import signal
 from collections.abc import Iterator
 
 PR_SET_PDEATHSIG = 1
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) -> None:
@@ -42,3 +45,25 @@ def children_allowed() -> Iterator[None]:
     finally:
         if daemonic:
             process.daemon = True
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT / SIGTERM back in this thread while it forks children.
+
+    A forked child starts with its parent's handlers (a ``KeyboardInterrupt`` there) or SIGTERM's
+    default action, until it sets its own: a Ctrl-C in that gap killed a just-started rank or
+    data worker, and a run that should have stopped cleanly failed instead. The children inherit
+    the mask and unblock once their own handlers are set (``release_stop_signals``); here the
+    held ones are delivered when the block ends.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def release_stop_signals() -> None:
+    """In a child started under ``stop_signals_held``, once its handlers are set."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

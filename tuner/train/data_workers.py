@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tuner._lifetime import children_allowed, die_with_parent
+from tuner._lifetime import children_allowed, die_with_parent, release_stop_signals, stop_signals_held
 from tuner.errors import WorkloadCodeError
 from tuner.train.fetching import fetch_step
 from tuner.train.workload_errors import blame_workload
@@ -118,6 +118,7 @@ def _worker_started(worker_id: int, parent_pid: int) -> None:
     """``worker_init_fn``: ignore terminal and stop signals; die with the training process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    release_stop_signals()  # a stop that came while we started is dropped: the trainer got its own
     # not Linux (no prctl): DataLoader's own watchdog still ends us within seconds of our parent
     die_with_parent(signal.SIGKILL, parent_pid)
 
@@ -173,7 +174,7 @@ class WorkerStream:
             if self._iterator is not None:
                 self.restarts += 1
             # the first call starts the workers; later ones reset them (persistent_workers)
-            with children_allowed():
+            with children_allowed(), stop_signals_held():  # none dies before it ignores them
                 self._iterator = iter(self._loader)
         self._next_step = None  # if next() raises, the stream is in an unknown place
         batch = next(self._iterator)

@@ -35,13 +35,11 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO, TypeVar
 
 from tuner._environment_faults import SMALLER_BATCH
-from tuner._lifetime import children_allowed, die_with_parent
+from tuner._lifetime import children_allowed, die_with_parent, release_stop_signals, stop_signals_held
 from tuner.errors import TunerError
 from tuner.train.distributed import Ranks
 
 T = TypeVar("T")
-
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 #: After the first failure, how long the other ranks get to report theirs before they are killed.
 FAILURE_GRACE_S = 5.0
@@ -168,7 +166,7 @@ def _rank_main(
 ) -> None:
     """A rank's process: join the group, run ``target``, report how it went, exit.
 
-    Stop signals were blocked when it started (``_held_stop_signals``): its own handlers come
+    Stop signals were blocked when it started (``tuner._lifetime.stop_signals_held``): its own handlers come
     first, then the ones held back are delivered. A SIGTERM before training starts is a Ctrl-C of
     a one-process run there (``KeyboardInterrupt``: the rank reports itself interrupted, never
     killed); training installs its clean stop; after the work is done, one is ignored.
@@ -190,7 +188,7 @@ def _rank_main(
     try:
         # inside the try: a stop held back while the rank started is delivered here, and is
         # reported as an interrupt like any other (not a traceback from multiprocessing)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        release_stop_signals()
         import torch
         import torch.distributed as dist
 
@@ -251,7 +249,7 @@ def launch(
     connections: dict[int, Connection] = {}
     try:
         with _forward_stop_signals(processes) as requested:
-            with _held_stop_signals():  # a Ctrl-C now reaches every rank once its handlers are set
+            with stop_signals_held():  # a Ctrl-C now reaches every rank once its handlers are set
                 for rank in range(world_size):
                     if requested:  # a Ctrl-C before the first rank: none is started
                         raise KeyboardInterrupt
@@ -313,21 +311,6 @@ def _forward_stop_signals(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _held_stop_signals() -> Iterator[None]:
-    """Hold SIGINT / SIGTERM back while ranks start: a forked rank would otherwise run the
-    launcher's handler, or die of SIGTERM's default action, before its own handler is set. The
-    ranks inherit the mask and unblock after setting theirs; here the held ones are forwarded."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _interrupt_now(signum: int, frame: Any) -> None:
