@@ -90,7 +90,7 @@ def add_trial(
     """A finished (or running) trial of ``slot`` as a worker records it; returns its number.
 
     ``max_train_steps`` defaults to the phase's trial length; ``curve`` to one eval per 10
-    steps reaching ``value`` at ``best_step``.
+    steps reaching ``value`` at ``best_step`` and staying there (within 1%).
     """
     from optuna.trial import TrialState, create_trial
 
@@ -117,8 +117,13 @@ def add_trial(
     if run_dir is not None:
         user_attrs["run_dir"] = str(run_dir)
     if curve is None and value is not None and best_step is not None:
+        # falls to ``value`` at ``best_step``, then stays within 1% of it: a curve that clearly
+        # worsens after its best is a verdict of its own (``after_best``), asked for with ``curve``
         curve = {
-            step: value + 0.01 * abs(step - best_step) / 10 for step in range(10, max_train_steps + 1, 10)
+            step: value + 0.01 * (best_step - step) / 10
+            if step <= best_step
+            else value * (1 + 0.01 * step / max_train_steps)
+            for step in range(10, max_train_steps + 1, 10)
         }
     phase.add_trial(
         create_trial(

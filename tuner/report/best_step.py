@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.playbook.phases import round_number
+from tuner.report.after_best import HALF, RISE, AfterBest, after_best
 from tuner.report.eval_grid import (
     LATE,
     MIN_EVALS,
@@ -32,6 +34,7 @@ from tuner.report.eval_grid import (
 )
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
+from tuner.report.noise import eval_examples
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
@@ -55,6 +58,20 @@ class BestStepEarly(Finding):
     top: int
     early_all: int
     completed: int
+    suggested_trial_steps: int
+    suggested_max_train_steps: int | None
+
+
+@dataclass(frozen=True)
+class BestStepWorsens(Finding):
+    """Validation gets clearly worse after an early best step (``after_best``), in the top trials."""
+
+    kind: ClassVar[str] = "best_step_worsens"
+    worsening_top: int
+    top: int
+    first_position: float
+    last_position: float
+    median_rise: float
     suggested_trial_steps: int
     suggested_max_train_steps: int | None
 
@@ -136,10 +153,16 @@ def _production(phase: PhaseData) -> int | None:
     return phase.plan.max_train_steps if phase.plan is not None else None
 
 
-def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | None = None) -> BestStepResult:
+def diagnose_best_step(
+    phase: PhaseData,
+    judge: bool = True,
+    shortest: int | None = None,
+    curves: Mapping[int, Mapping[int, float]] | None = None,
+) -> BestStepResult:
     """Best-step positions of the phase's completed trials, and the playbook's verdict on them
     (none when not ``judge``: the trials learned nothing, ``learning``). ``shortest``: the
-    shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too."""
+    shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too.
+    ``curves``: slot -> its learning curve, for the top ``TOP`` trials at least (``after_best``)."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
@@ -183,11 +206,17 @@ def diagnose_best_step(phase: PhaseData, judge: bool = True, shortest: int | Non
             )
         )
         return result
-    _verdict(phase, ranked, result, shortest)
+    _verdict(phase, ranked, result, shortest, curves or {})
     return result
 
 
-def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, shortest: int | None) -> None:
+def _verdict(
+    phase: PhaseData,
+    ranked: list[TrialSlot],
+    result: BestStepResult,
+    shortest: int | None,
+    curves: Mapping[int, Mapping[int, float]],
+) -> None:
     values = [float(s.position) for s in ranked if s.position is not None]
     top = values[:TOP]
     needed_top = min(TOP_NEEDED, len(top))
@@ -201,47 +230,27 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, 
     if early_top >= needed_top and early_all >= half:
         # the latest of the early best steps: a top trial that peaked late is not what the cut is for
         latest = max(s.best_step or 0 for s in ranked[:TOP] if (s.position or 0.0) <= EARLY)
-        floor = _schedule_floor(phase)  # the schedule's segments in steps must still fit
-        suggested = _round_up(max(EARLY_GROWTH * latest, floor), eval_every)
-        scaled = _scale(production, suggested, trial_steps, eval_every)
-        if scaled is not None:
-            scaled = max(scaled, _round_up(floor, eval_every))
-        advice = (
-            f"train {suggested} steps instead of {trial_steps} ({EARLY_GROWTH:g} x the latest early best "
-        )
-        advice += f"step among the top {len(top)}, {latest}, rounded up to eval_every"
-        advice += (
-            f"; at least the {floor} steps the schedule needs)" if suggested > EARLY_GROWTH * latest else ")"
-        )
-        if scaled is not None and production is not None and production != trial_steps:
-            advice += f": max_train_steps {production} -> {scaled} (the same ratio)"
-        if suggested >= trial_steps:  # the schedule's own segments keep the run this long
-            advice = (
-                f"shorten the schedule's segments given in steps ({floor} steps in all), then "
-                "max_train_steps with them"
-            )
-            scaled = None
+        reason = f"best steps in the first 10% of training in {numbers} trials ({phase.phase})"
+        cut = _shorten(phase, result, latest, len(top), reason, trial_steps)
         result.findings.append(
             BestStepEarly(
                 early_top=early_top,
                 top=len(top),
                 early_all=early_all,
                 completed=len(values),
-                suggested_trial_steps=suggested,
-                suggested_max_train_steps=scaled,
+                suggested_trial_steps=cut.trial_steps,
+                suggested_max_train_steps=cut.max_train_steps,
                 level=Level.WARNING,
                 rule=f"best step <= {EARLY:.0%} of max_train_steps in {CONSISTENT}",
                 text=f"max_train_steps is too high: best checkpoints come in the first 10% of training "
                 f"({numbers}); the rest of each run is wasted",
-                advice=advice,
+                advice=cut.advice,
             )
         )
-        reason = f"best steps in the first 10% of training in {numbers} trials ({phase.phase})"
-        if scaled is not None:
-            result.suggestions.append(Suggestion(("training", "max_train_steps"), production, scaled, reason))
-        round_steps = _round_steps_key(phase)
-        if round_steps is not None and suggested < trial_steps:
-            result.suggestions.append(Suggestion(round_steps, trial_steps, suggested, reason))
+        return
+    worsening = _worsening(phase, ranked[:TOP], curves)
+    if len(worsening) >= needed_top:
+        _worsens(phase, result, worsening, len(top), trial_steps)
         return
     if (
         late_top >= needed_top
@@ -308,6 +317,101 @@ def _verdict(phase: PhaseData, ranked: list[TrialSlot], result: BestStepResult, 
             text=f"max_train_steps looks right: best steps spread over training (median at "
             f"{pct(median)}; {early_all} in the first 10%, {late_all} in the last 25%, of "
             f"{len(values)} completed)",
+        )
+    )
+
+
+@dataclass(frozen=True)
+class _Cut:
+    trial_steps: int
+    max_train_steps: int | None
+    advice: str
+
+
+def _shorten(
+    phase: PhaseData, result: BestStepResult, latest: int, top: int, reason: str, trial_steps: int
+) -> _Cut:
+    """Train ``EARLY_GROWTH`` x ``latest`` (the latest best step that argues for it) instead, rounded
+    up to ``eval_every`` and never below the schedule's own segments; adds the suggestions."""
+    production = _production(phase)
+    eval_every = phase.eval_every or 1
+    floor = _schedule_floor(phase)  # the schedule's segments in steps must still fit
+    suggested = _round_up(max(EARLY_GROWTH * latest, floor), eval_every)
+    scaled = _scale(production, suggested, trial_steps, eval_every)
+    if scaled is not None:
+        scaled = max(scaled, _round_up(floor, eval_every))
+    advice = f"train {suggested} steps instead of {trial_steps} ({EARLY_GROWTH:g} x the latest early best "
+    advice += f"step among the top {top}, {latest}, rounded up to eval_every"
+    advice += (
+        f"; at least the {floor} steps the schedule needs)" if suggested > EARLY_GROWTH * latest else ")"
+    )
+    if scaled is not None and production is not None and production != trial_steps:
+        advice += f": max_train_steps {production} -> {scaled} (the same ratio)"
+    if suggested >= trial_steps:  # the schedule's own segments keep the run this long
+        advice = (
+            f"shorten the schedule's segments given in steps ({floor} steps in all), then "
+            "max_train_steps with them"
+        )
+        scaled = None
+    if scaled is not None:
+        result.suggestions.append(Suggestion(("training", "max_train_steps"), production, scaled, reason))
+    round_steps = _round_steps_key(phase)
+    if round_steps is not None and suggested < trial_steps:
+        result.suggestions.append(Suggestion(round_steps, trial_steps, suggested, reason))
+    return _Cut(suggested, scaled, advice)
+
+
+def _worsening(
+    phase: PhaseData, top: list[TrialSlot], curves: Mapping[int, Mapping[int, float]]
+) -> list[AfterBest]:
+    """The top trials whose validation gets clearly worse after an early best step."""
+    examples = eval_examples(phase) if any(s.slot in curves for s in top) else None
+    found = []
+    for slot in top:
+        if slot.best_step is None or slot.max_train_steps is None or slot.slot not in curves:
+            continue
+        curve = dict(curves[slot.slot])
+        if slot.value is not None:
+            curve.setdefault(slot.best_step, slot.value)
+        measured = after_best(
+            slot.slot, slot.best_step, slot.max_train_steps, curve, phase.direction, examples
+        )
+        if measured is not None and measured.worsens:
+            found.append(measured)
+    return found
+
+
+def _worsens(
+    phase: PhaseData, result: BestStepResult, worsening: list[AfterBest], top: int, trial_steps: int
+) -> None:
+    positions = [w.position for w in worsening]
+    rise = statistics.median(w.rise for w in worsening)
+    shown_rise = "from a perfect best" if rise == math.inf else f"{rise:.0%} worse"
+    reason = (
+        f"validation {shown_rise} at the last eval than at an early best step in {len(worsening)} of the "
+        f"top {top} trials ({phase.phase})"
+    )
+    cut = _shorten(phase, result, max(w.best_step for w in worsening), top, reason, trial_steps)
+    curves = ", ".join(f"{w.best:.4g} at step {w.best_step} -> {w.last:.4g}" for w in worsening[:3])
+    result.findings.append(
+        BestStepWorsens(
+            worsening_top=len(worsening),
+            top=top,
+            first_position=min(positions),
+            last_position=max(positions),
+            median_rise=rise,
+            suggested_trial_steps=cut.trial_steps,
+            suggested_max_train_steps=cut.max_train_steps,
+            level=Level.WARNING,
+            rule=f"best step <= {HALF:.0%} of max_train_steps and the last eval >= {RISE:.0%} worse (as "
+            f"an error) and outside the best's noise, in at least {min(TOP_NEEDED, top)} of the {TOP} best "
+            "trials",
+            text=f"max_train_steps is too high: validation gets worse after an early best step in "
+            f"{len(worsening)} of the top {top} trials (best at {pct(min(positions))}"
+            + (f" to {pct(max(positions))}" if max(positions) > min(positions) else "")
+            + f" of training; {curves}); the rest of each run is wasted, and may be memorising the "
+            "training set (e.g. noisy labels)",
+            advice=cut.advice,
         )
     )
 

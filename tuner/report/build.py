@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.report.best_step import BestStepResult, diagnose_best_step
+from tuner.report.best_step import TOP, BestStepResult, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.field_values import field_checker
@@ -147,7 +147,11 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(phase)
     else:
-        report.best_step = diagnose_best_step(phase, judge=learned, shortest=_shortest_round(data, phase))
+        top = [s for s in phase.completed if s.position is not None][:TOP]  # worse after an early best?
+        curves = data.curves(phase, top) if learned and top else {}
+        report.best_step = diagnose_best_step(
+            phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves
+        )
     if phase.searched and phase.plan is not None:
         report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config), judge=learned)
     if phase.plan is not None and phase.plan.source_phase is not None:
