@@ -98,6 +98,7 @@ def test_round_2_delivers_even_when_a_short_round_1_run_looks_better(tmp_path: P
     # the list says it, and never calls round 1's 0.10 the best
     block = _list_block(built)
     assert "delivered val/error_rate = 0.12 (minimize), round-2 trial 1 at step 40 of 40" in block
+    assert "seeds 1 seed: no spread measured" in block
     assert "0.1 (minimize)" not in block and " best " not in block
     # the report says it first, with --phase too (the model is the study's, not the phase's)
     text = plain(invoke("report", "toy", "--output-dir", str(built.output_dir)).stdout)
@@ -115,7 +116,7 @@ def test_a_point_is_ranked_by_its_mean_over_seeds_not_by_its_luckiest_seed(tmp_p
     assert (delivered["phase"], delivered["trial"], delivered["value"]) == ("round-2", 2, 0.11)
     assert delivered["seeds"] == {"mean": 0.11, "min": 0.11, "max": 0.11, "seeds": 2, "trials": [2, 3]}
     block = _list_block(built)
-    assert "round-2 trial 2 at step 40 of 40; its point: mean 0.11 over 2 seeds (0.11-0.11)" in block
+    assert "round-2 trial 2 at step 40 of 40 seeds mean 0.11 over 2 seeds (0.11-0.11)" in block
 
 
 def test_the_delivered_run_is_the_chosen_points_best_seed(tmp_path: Path) -> None:
@@ -156,7 +157,7 @@ def test_without_round_2_round_1s_best_is_a_candidate_not_the_delivered_model(tm
     delivered = _delivered_json(built)
     assert delivered["delivered"] is False
     assert (delivered["phase"], delivered["trial"], delivered["value"]) == ("round-1", 1, 0.1)
-    why = "round 1 trains at a fraction of max_train_steps (20 of 40 steps)"
+    why = "round 1 trains at a fraction of max_train_steps, 20 of 40 steps"
     assert delivered["why_not"] == why
     assert delivered["status"] == f"not a delivered model yet ({why}): {delivered['next_step']}"
     assert delivered["next_step"].startswith("run round 2 (tuner run-round ")
@@ -173,7 +174,7 @@ def test_a_round_2_shorter_than_max_train_steps_does_not_deliver(tmp_path: Path)
     built = _two_rounds(tmp_path, {"top_k": 2, "steps": 20}, [0.15, 0.12])
     delivered = _delivered_json(built)
     assert delivered["delivered"] is False and (delivered["phase"], delivered["trial"]) == ("round-2", 1)
-    assert delivered["why_not"] == "round 2 trains at a fraction of max_train_steps (20 of 40 steps)"
+    assert delivered["why_not"] == "round 2 trains at a fraction of max_train_steps, 20 of 40 steps"
     assert delivered["next_step"].startswith("run round 3 ")
 
 

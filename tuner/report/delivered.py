@@ -61,11 +61,11 @@ class SeedSpread:
     trials: list[int]  # the seed runs' trial numbers, lowest seed first
 
     def describe(self) -> str:
-        """``mean 0.12 over 3 seeds (0.11-0.13)``, or ``one seed: no spread measured``."""
+        """``mean 0.12 over 3 seeds (0.11-0.13)``, or ``1 seed: no spread measured``."""
         from tuner.report.findings import fmt
 
         if self.seeds == 1:
-            return "one seed: no spread measured"
+            return "1 seed: no spread measured (rounds.roundN.seeds above 1 measures it)"
         return f"mean {fmt(self.mean)} over {self.seeds} seeds ({fmt(self.low)}-{fmt(self.high)})"
 
     def to_json(self) -> dict[str, Any]:
@@ -87,7 +87,7 @@ class DeliveredModel:
     run: BestTrial  # the chosen point's best seed run: phase, trial, value, step, checkpoint, reproduce
     spread: SeedSpread
     split: Split  # what the value was scored on: a proxy split only for a round-1 candidate
-    why_not: str | None  # "round 1 trains at a fraction of max_train_steps (8 of 40 steps)"
+    why_not: str | None  # "round 1 trains at a fraction of max_train_steps, 8 of 40 steps"
     next_step: str | None  # "run round 2 (tuner run-round STUDY --round 2)"
     unfinished: int  # the phase's trials still running or waiting: the choice may change
 
@@ -157,8 +157,8 @@ def _why_not(phase: PhaseData, number: int) -> str:
     plan = phase.plan
     if plan is not None and plan.max_train_steps is not None and plan.trial_steps < plan.max_train_steps:
         return (
-            f"round {number} trains at a fraction of max_train_steps "
-            f"({plan.trial_steps} of {plan.max_train_steps} steps)"
+            f"round {number} trains at a fraction of max_train_steps, "
+            f"{plan.trial_steps} of {plan.max_train_steps} steps"
         )
     return "round 1 ranks points, one run each; round 2 trains the best of them again at full length"
 

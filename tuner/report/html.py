@@ -231,8 +231,8 @@ def _delivered(report: StudyReport) -> str:
         return "<h2>delivered model</h2><p class='note'>none yet: no round has a completed trial</p>"
     heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
     extra = [("phase", delivered.run.phase)]
-    if delivered.spread.seeds > 1:
-        extra.append(("its point", delivered.spread.describe()))
+    if delivered.delivered or delivered.spread.seeds > 1:
+        extra.append(("seeds", delivered.spread.describe()))
     if delivered.split == "proxy":
         extra.append(("scored on", "the proxy split, not the validation set"))
     status = "" if delivered.delivered else f"<p class='warning'>{_e(delivered.status)}</p>"

@@ -183,15 +183,16 @@ def delivered_lines(delivered: DeliveredModel | None, width: int, *, reproduce: 
     if run.best_step is not None:
         where += f" at step {run.best_step}" + (f" of {run.max_train_steps}" if run.max_train_steps else "")
     text = f"{run.metric} = {fmt(run.value)} ({run.direction}), {where}"
-    text += f"; its point: {spread.describe()}" if spread.seeds > 1 else ""
     if delivered.split == "proxy":
         text += " (on the proxy split, not the validation set)"
     if delivered.delivered:
-        lines = labelled("delivered", text, width)
+        lines = labelled("delivered", text, width) + labelled("seeds", spread.describe(), width)
         if delivered.unfinished:
             lines += labelled("", f"{run.phase} is unfinished: the choice may change", width, "yellow")
     else:
         lines = labelled("candidate", text, width) + labelled("", delivered.status, width, "yellow")
+        if spread.seeds > 1:
+            lines += labelled("seeds", spread.describe(), width)
     if run.checkpoint is None:
         lines += labelled(
             "checkpoint", "unknown (the trial recorded no run folder or best step)", width, "yellow"
