@@ -65,7 +65,7 @@ class SeedSpread:
         from tuner.report.findings import fmt
 
         if self.seeds == 1:
-            return "1 seed: no spread measured (rounds.roundN.seeds above 1 measures it)"
+            return "1 seed: no spread measured"
         return f"mean {fmt(self.mean)} over {self.seeds} seeds ({fmt(self.low)}-{fmt(self.high)})"
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +90,14 @@ class DeliveredModel:
     why_not: str | None  # "round 1 trains at a fraction of max_train_steps, 8 of 40 steps"
     next_step: str | None  # "run round 2 (tuner run-round STUDY --round 2)"
     unfinished: int  # the phase's trials still running or waiting: the choice may change
+
+    @property
+    def spread_text(self) -> str:
+        """The spread in words; for one seed, the round setting that would measure it."""
+        text = self.spread.describe()
+        if self.spread.seeds == 1:
+            text += f" (rounds.{self.run.phase.replace('-', '')}.seeds: 2 or more measures it)"
+        return text
 
     @property
     def status(self) -> str:

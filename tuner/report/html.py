@@ -232,7 +232,7 @@ def _delivered(report: StudyReport) -> str:
     heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
     extra = [("phase", delivered.run.phase)]
     if delivered.delivered or delivered.spread.seeds > 1:
-        extra.append(("seeds", delivered.spread.describe()))
+        extra.append(("seeds", delivered.spread_text))
     if delivered.split == "proxy":
         extra.append(("scored on", "the proxy split, not the validation set"))
     status = "" if delivered.delivered else f"<p class='warning'>{_e(delivered.status)}</p>"

@@ -186,13 +186,13 @@ def delivered_lines(delivered: DeliveredModel | None, width: int, *, reproduce: 
     if delivered.split == "proxy":
         text += " (on the proxy split, not the validation set)"
     if delivered.delivered:
-        lines = labelled("delivered", text, width) + labelled("seeds", spread.describe(), width)
+        lines = labelled("delivered", text, width) + labelled("seeds", delivered.spread_text, width)
         if delivered.unfinished:
             lines += labelled("", f"{run.phase} is unfinished: the choice may change", width, "yellow")
     else:
         lines = labelled("candidate", text, width) + labelled("", delivered.status, width, "yellow")
         if spread.seeds > 1:
-            lines += labelled("seeds", spread.describe(), width)
+            lines += labelled("seeds", delivered.spread_text, width)
     if run.checkpoint is None:
         lines += labelled(
             "checkpoint", "unknown (the trial recorded no run folder or best step)", width, "yellow"
