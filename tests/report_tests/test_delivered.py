@@ -195,3 +195,15 @@ def test_the_html_report_opens_with_the_delivered_model(tmp_path: Path) -> None:
     section = page[page.index("<h2>delivered model</h2>") : page.index("<section class='phase'")]
     assert "<tr><th>phase</th><td>round-2</td></tr>" in section
     assert "<tr><th>trial</th><td>1</td></tr>" in section and "best-step00000040.pt" in section
+
+
+def test_an_unfinished_round_delivers_from_its_completed_runs_and_says_so(tmp_path: Path) -> None:
+    built = study(tmp_path / "s", round2={"top_k": 2})
+    _round1(built)
+    phase = built.start("round-2")
+    planned = load_plan(phase.user_attrs).slots  # type: ignore[union-attr]
+    add_trial(phase, 0, 0.15, planned[0].values, best_step=40, **planned[0].attrs)
+    add_trial(phase, 1, None, planned[1].values, state="RUNNING", **planned[1].attrs)
+    delivered = _delivered_json(built)
+    assert delivered["delivered"] is True and (delivered["trial"], delivered["unfinished"]) == (0, 1)
+    assert "round-2 is unfinished: the choice may change" in _list_block(built)
