@@ -231,27 +231,30 @@ def _delivered(report: StudyReport) -> str:
         return "<h2>delivered model</h2><p class='note'>none yet: no round has a completed trial</p>"
     heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
     extra = [("phase", delivered.run.phase)]
-    if delivered.delivered or delivered.spread.seeds > 1:
-        extra.append(("seeds", delivered.spread_text))
+    after = [("seeds", delivered.spread_text)] if delivered.delivered or delivered.spread.seeds > 1 else []
     if delivered.split == "proxy":
-        extra.append(("scored on", "the proxy split, not the validation set"))
+        after.append(("scored on", "the proxy split, not the validation set"))
     status = "" if delivered.delivered else f"<p class='warning'>{_e(delivered.status)}</p>"
     if delivered.delivered and delivered.unfinished:
         status = f"<p class='warning'>{_e(delivered.run.phase)} is unfinished: the choice may change</p>"
     return (
-        f"<h2>{_e(heading)}</h2>{status}{_run_table(delivered.run, extra)}"
+        f"<h2>{_e(heading)}</h2>{status}{_run_table(delivered.run, extra, after)}"
         f"<p class='rule'>rule: {_e(RULE)}</p>"
     )
 
 
-def _run_table(best: BestTrial, extra: list[tuple[str, str]] | None = None) -> str:
-    """One trial's value, step, params, checkpoint and reproduce command as a table."""
+def _run_table(
+    best: BestTrial, extra: list[tuple[str, str]] | None = None, after: list[tuple[str, str]] | None = None
+) -> str:
+    """One trial's value, step, params, checkpoint and reproduce command as a table (``extra`` rows
+    first, ``after`` rows after its value and step)."""
     where = f"step {best.best_step}" + (f" of {best.max_train_steps}" if best.max_train_steps else "")
     rows = [
         *(extra or []),
         ("trial", f"{best.trial}" + (f" ({best.attempts} attempts)" if best.attempts > 1 else "")),
         (best.metric, fmt(best.value)),
         ("best step", where if best.best_step is not None else "not recorded"),
+        *(after or []),
     ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     if best.params:
