@@ -31,6 +31,7 @@ ROW_KEYS = {
     "trials",
     "attempts",
     "counts",
+    "delivered_model",
     "best",
     "train_s",
     "reproduce",
@@ -203,11 +204,14 @@ def test_the_table_shows_every_study_of_the_output_folder(two_studies: Path) -> 
     assert "round-1  4 trials: 4 complete; validates on a proxy split (10% of the training split)" in alpha
     assert "round-2  2 trials: 2 complete" in alpha
     assert "round-1  4 trials: 2 complete, 1 diverged, 1 failed (1 retry merged)" in beta
-    # round 1's 0.10 is on the proxy split: round 2's 0.15 is the best on the validation set
-    assert "val/error_rate = 0.15 (minimize), round-2 trial 0 at step 40 of 40" in _line(alpha, "best")
+    # round 2 (full length) delivers the model: round 1's 0.10 (on a proxy split) never does
+    assert "val/error_rate = 0.15 (minimize), round-2 trial 0 at step 40 of 40" in _line(alpha, "delivered")
     checkpoint = two_studies / "alpha" / "round-2" / "trial-0" / "checkpoints" / "best-step00000040.pt"
     assert _value(alpha, "checkpoint") == str(checkpoint)
-    assert "val/error_rate = 0.31 (minimize), round-1 trial 1 at step 30 of 40" in _line(beta, "best")
+    # round 1 only: its best is a candidate, not the study's model
+    assert "val/error_rate = 0.31 (minimize), round-1 trial 1 at step 30 of 40" in _line(beta, "candidate")
+    assert "not a delivered model yet (round 1 ranks points" in " ".join(beta.split())
+    assert not any(line.startswith(("best", "delivered")) for line in beta.splitlines())
     missing = two_studies / "beta" / "round-1" / "trial-1" / "checkpoints" / "best-step00000030.pt"
     assert _value(beta, "checkpoint") == str(missing)
     assert "  (not on this machine: no run folder here)" in beta.splitlines()
@@ -293,9 +297,9 @@ def test_a_study_validated_only_on_a_proxy_split_shows_that_best_marked(tmp_path
     add_trial(phase, 2, None, {"optimizer.lr": 0.2}, state="RUNNING")
     text = plain(invoke("list", "--storage", built.storage_url).stdout)
     assert "round-1  3 trials: 2 complete, 1 running; validates on a proxy split (20%" in text
-    best = " ".join(text[text.index("\nbest ") :].split())
+    best = " ".join(text[text.index("\ncandidate ") :].split())
     assert best.startswith(
-        "best val/error_rate = 0.2 (minimize), round-1 trial 1 at step 40 of 40 (on the proxy split"
+        "candidate val/error_rate = 0.2 (minimize), round-1 trial 1 at step 40 of 40 (on the proxy split"
     )
     [row] = json.loads(invoke("list", "--storage", built.storage_url, "--json").stdout)
     assert (row["best"]["split"], row["best"]["value"], row["best"]["checkpoint"]) == ("proxy", 0.2, None)

@@ -7,13 +7,18 @@ trained (their searched values and their slot's other keys, the seed index aside
 is ranked by the **mean** of its seeds' values: the mean, not the median, because with the usual
 2-3 seeds a median is the mean or one run, and because a point whose other seed did badly is
 a riskier one to carry to a longer run (the playbook's concern is what holds at full length).
-The seeds' values travel with the point, so the spread is shown beside the mean.
+The seeds' values travel with the point, so the spread is shown beside the mean. Equal means:
+the point with more seeds first (the same mean on more evidence), then the earlier point.
+
+``points_of`` and ``ranked`` are the one ranking of points: round N's sources (``top_points``) and
+the model a study delivers (``tuner.report.delivered``) both use them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +51,13 @@ class RankedPoint:
 
     @property
     def value(self) -> float:
+        """The point's objective: the mean over its completed seeds."""
         return sum(self.values) / len(self.values)
+
+    def best_run(self, direction: str) -> Any:
+        """The seed run with the best objective (equal values: the lower seed index)."""
+        sign = 1.0 if direction == "minimize" else -1.0
+        return min(self.runs, key=lambda t: sign * float(t.value))
 
     def describe(self) -> str:
         """``trial 2 (0.045)``, or with several seeds ``trial 2 (0.045, 0.04-0.05 over 2 seeds)``."""
@@ -59,8 +70,8 @@ class RankedPoint:
         )
 
 
-def _point_key(plan: StoredPlan, trial: Any) -> str:
-    planned = plan.slot(slot_of(trial))
+def _point_key(plan: StoredPlan | None, trial: Any) -> str:
+    planned = plan.slot(slot_of(trial)) if plan is not None else None
     sets = {k: v for k, v in (planned.sets if planned else {}).items() if k != "seed_index"}
     return json.dumps({"params": trial.params, "sets": sets}, sort_keys=True, default=str)
 
@@ -78,10 +89,7 @@ def top_points(
     completed = [
         t for t in live if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
     ]
-    groups: dict[str, list[Any]] = {}
-    for trial in sorted(completed, key=lambda t: (seed_of(t), slot_of(t))):
-        groups.setdefault(_point_key(plan, trial), []).append(trial)
-    points = [RankedPoint(runs) for runs in groups.values()]
+    points = points_of(completed, plan)
     noun = "trials" if len(points) == len(completed) else "points"
     if len(points) < top_k:
         diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
@@ -96,8 +104,7 @@ def top_points(
             f"waiting); finish {source} (tuner run-round STUDY --round {number - 1}) or lower "
             f"rounds.round{number}.top_k"
         )
-    sign = 1.0 if direction == "minimize" else -1.0
-    ranked = sorted(points, key=lambda p: (sign * p.value, slot_of(p.trial)))
+    best_first = ranked(points, direction)
     unfinished = sum(1 for t in live if not t.state.is_finished())
     note = (
         f"{source} is unfinished ({unfinished} trials running or waiting): its best "
@@ -105,4 +112,20 @@ def top_points(
         if unfinished
         else ""
     )
-    return ranked[:top_k], note
+    return best_first[:top_k], note
+
+
+def points_of(completed: Iterable[Any], plan: StoredPlan | None) -> list[RankedPoint]:
+    """COMPLETE runs with a finite value, grouped by the point they trained (their params and their
+    slot's keys, the seed index aside); each point's runs lowest seed first. ``plan`` None (a phase
+    stored before plans): by params alone."""
+    groups: dict[str, list[Any]] = {}
+    for trial in sorted(completed, key=lambda t: (seed_of(t), slot_of(t))):
+        groups.setdefault(_point_key(plan, trial), []).append(trial)
+    return [RankedPoint(runs) for runs in groups.values()]
+
+
+def ranked(points: Iterable[RankedPoint], direction: str) -> list[RankedPoint]:
+    """Best mean first; equal means: more seeds first, then the earlier point (lowest slot)."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    return sorted(points, key=lambda p: (sign * p.value, -len(p.runs), min(slot_of(t) for t in p.runs)))

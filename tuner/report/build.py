@@ -14,6 +14,7 @@ from typing import Any
 from tuner.report.best_step import TOP, BestStepResult, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
+from tuner.report.delivered import DeliveredModel, delivered_model
 from tuner.report.field_values import field_checker
 from tuner.report.findings import Finding, Level, Suggestion
 from tuner.report.health import HealthResult, diagnose_health
@@ -75,6 +76,7 @@ class StudyReport:
     study: str
     storage: str
     phases: list[PhaseReport]  # latest first
+    delivered: DeliveredModel | None = None  # over every phase of the study, whichever are shown
 
     @property
     def suggestions(self) -> list[Suggestion]:
@@ -137,7 +139,7 @@ def _judged(findings: list[Finding]) -> bool:
 def build_report(data: StudyData) -> StudyReport:
     """Every diagnostic of every phase of ``data`` (already read: ``read_study``)."""
     reports = [_phase_report(data, phase) for phase in data.phases]
-    return StudyReport(data.study, data.storage, reports)
+    return StudyReport(data.study, data.storage, reports, delivered_model(data.every_phase()))
 
 
 def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:

@@ -1,5 +1,6 @@
 """``tuner report STUDY --html PATH``: the report as one self-contained HTML file.
 
+First the study's model (``tuner.report.delivered``: delivered, or a candidate and why not yet).
 Per phase (latest first, as on the terminal): the trials, the best trial (with the command that
 reproduces it), every verdict with its rule and advice, what to do next, then the figures
 (``html_figures``). It works offline: plotly's JavaScript is inlined once in the page's head,
@@ -18,6 +19,7 @@ from typing import Any
 
 from tuner._atomic import write_output_file
 from tuner.errors import UsageError
+from tuner.report.best_trial import BestTrial
 from tuner.report.build import PhaseReport, StudyReport
 from tuner.report.findings import Finding, Level, fmt
 from tuner.report.study_data import SlotState, StudyData
@@ -62,6 +64,7 @@ li.warning .mark { color: #b86e00; } li.ok .mark { color: #23823a; } li.info .ma
 .area { font-weight: 600; margin-right: 6px; }
 .advice { color: #1f5fa8; margin-top: 2px; }
 .rule { color: #6b7280; font-size: 13px; }
+p.warning { color: #b86e00; font-weight: 600; }
 ol.next li { margin: 3px 0; }
 figure { margin: 18px 0 28px; }
 figcaption .title { font-weight: 600; }
@@ -118,7 +121,9 @@ def _page(report: StudyReport, sections: list[str], plotly_js: str, plotly_versi
         f"{plotly_js}\n</script>\n</head>\n<body>\n<main>\n"
         f"<h1>{_e(report.study)}</h1>\n"
         f"<p class='meta'>tuner report: {count} · storage {_e(report.storage)} · written {written}</p>\n"
-        f"<nav>phases: {nav}</nav>\n{suggestions}\n" + "\n".join(sections) + "\n</main>\n</body>\n</html>\n"
+        f"<nav>phases: {nav}</nav>\n{_delivered(report)}\n{suggestions}\n"
+        + "\n".join(sections)
+        + "\n</main>\n</body>\n</html>\n"
     )
 
 
@@ -212,14 +217,44 @@ def _tally(report: PhaseReport) -> str:
 
 
 def _best(report: PhaseReport) -> str:
-    best = report.best
-    if best is None:
+    if report.best is None:
         return "<h3>best trial</h3><p class='note'>no completed trial yet: nothing to judge</p>"
+    return f"<h3>best trial</h3>{_run_table(report.best)}"
+
+
+def _delivered(report: StudyReport) -> str:
+    """The study's model by the one rule (``tuner.report.delivered``), first on the page."""
+    from tuner.report.delivered import RULE
+
+    delivered = report.delivered
+    if delivered is None:
+        return "<h2>delivered model</h2><p class='note'>none yet: no round has a completed trial</p>"
+    heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
+    extra = [("phase", delivered.run.phase)]
+    after = [("seeds", delivered.spread_text)] if delivered.delivered or delivered.spread.seeds > 1 else []
+    if delivered.split == "proxy":
+        after.append(("scored on", "the proxy split, not the validation set"))
+    status = "" if delivered.delivered else f"<p class='warning'>{_e(delivered.status)}</p>"
+    if delivered.delivered and delivered.unfinished:
+        status = f"<p class='warning'>{_e(delivered.run.phase)} is unfinished: the choice may change</p>"
+    return (
+        f"<h2>{_e(heading)}</h2>{status}{_run_table(delivered.run, extra, after)}"
+        f"<p class='rule'>rule: {_e(RULE)}</p>"
+    )
+
+
+def _run_table(
+    best: BestTrial, extra: list[tuple[str, str]] | None = None, after: list[tuple[str, str]] | None = None
+) -> str:
+    """One trial's value, step, params, checkpoint and reproduce command as a table (``extra`` rows
+    first, ``after`` rows after its value and step)."""
     where = f"step {best.best_step}" + (f" of {best.max_train_steps}" if best.max_train_steps else "")
     rows = [
+        *(extra or []),
         ("trial", f"{best.trial}" + (f" ({best.attempts} attempts)" if best.attempts > 1 else "")),
         (best.metric, fmt(best.value)),
         ("best step", where if best.best_step is not None else "not recorded"),
+        *(after or []),
     ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     if best.params:
@@ -234,7 +269,7 @@ def _best(report: PhaseReport) -> str:
         )
     if best.reproduce:
         cells += f"<tr><th>reproduce</th><td><pre><code>{_e(best.reproduce)}</code></pre></td></tr>"
-    return f"<h3>best trial</h3><table class='kv'>{cells}</table>"
+    return f"<table class='kv'>{cells}</table>"
 
 
 def _sweep(report: PhaseReport) -> str:

@@ -6,6 +6,13 @@ NaN or infinite become ``null``. Schema::
     {
       "schema": "tuner.report/1",
       "study": str, "storage": str,          # the storage URL, password masked
+      "delivered_model": null | {            # the study's model (tuner.report.delivered's rule)
+          "delivered": bool,                 # false: a candidate; no full-length round 2+ yet
+          "status": str,                     # "delivered model" | "not a delivered model yet (...): ..."
+          "rule": str, "why_not": str|null, "next_step": str|null,
+          "split": "validation" | "proxy", "unfinished": int,   # its phase's trials still to finish
+          ...every "best_trial" key below (its best seed run: "checkpoint", "reproduce", ...),
+          "seeds": {"mean", "min", "max", "seeds": int, "trials": [int]}},   # its point's spread
       "phases": [                            # latest first
         {
           "phase": str, "kind": "sweep-lr" | "round" | "other",
@@ -67,6 +74,7 @@ def report_json(report: StudyReport) -> dict[str, Any]:
         "schema": SCHEMA,
         "study": report.study,
         "storage": report.storage,
+        "delivered_model": jsonable(report.delivered),
         "phases": [_phase(p) for p in report.phases],
         "suggestions": [s.to_json() for s in report.suggestions],
     }

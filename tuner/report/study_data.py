@@ -298,6 +298,13 @@ class StudyData:
             found = self._others[name]
         return found
 
+    def every_phase(self) -> list[PhaseData]:
+        """All of the study's phases, those not asked for read now (the model a study delivers is
+        the study's, whichever phases ``--phase`` shows)."""
+        names = self.reader.studies().get(self.study, []) if self.reader is not None else []
+        found = [p for name in names if (p := self.phase(name)) is not None]
+        return found or list(self.phases)
+
     def curves(self, phase: PhaseData, slots: Iterable[TrialSlot]) -> dict[int, dict[int, float]]:
         """Slot number -> its merged learning curve (intermediate values of every attempt)."""
         chosen = list(slots)

@@ -11,9 +11,10 @@ from collections.abc import Iterable
 
 from rich.text import Text
 
-from tuner.orchestrate.storage_url import sqlite_file
+from tuner.orchestrate.storage_url import is_postgres, sqlite_file
 from tuner.output import shown_path
 from tuner.report.build import PhaseReport, StudyReport
+from tuner.report.delivered import DeliveredModel
 from tuner.report.findings import Finding, Level, fmt
 from tuner.report.study_data import SlotState
 
@@ -28,6 +29,7 @@ def render_report(report: StudyReport, width: int = WIDTH) -> list[Text]:
     database = sqlite_file(report.storage)
     storage = shown_path(database) if database is not None else report.storage
     lines = labelled("study", f"{report.study} ({count})", width) + labelled("storage", storage, width)
+    lines += delivered_lines(report.delivered, width, reproduce=True)
     for phase in report.phases:
         lines.append(Text(""))
         lines += _phase(phase, width)
@@ -167,4 +169,51 @@ def _sweep(report: PhaseReport, width: int) -> list[Text]:
             else "used when the study file leaves training.max_train_steps out"
         )
         lines += labelled("stored", f"max_train_steps = {recommended} ({use})", width)
+    return lines
+
+
+def delivered_lines(delivered: DeliveredModel | None, width: int, *, reproduce: bool = False) -> list[Text]:
+    """The study's model by the one rule (``tuner.report.delivered``), for ``tuner report`` and
+    ``tuner list``: ``delivered`` when a full-length round delivered it, else ``candidate`` with why it
+    is not one yet; then its checkpoint (and, with ``reproduce``, its command)."""
+    if delivered is None:
+        return labelled("delivered", "none yet: no round has a completed trial", width)
+    run, spread = delivered.run, delivered.spread
+    where = f"{run.phase} trial {run.trial}"
+    if run.best_step is not None:
+        where += f" at step {run.best_step}" + (f" of {run.max_train_steps}" if run.max_train_steps else "")
+    text = f"{run.metric} = {fmt(run.value)} ({run.direction}), {where}"
+    if delivered.split == "proxy":
+        text += " (on the proxy split, not the validation set)"
+    if delivered.delivered:
+        lines = labelled("delivered", text, width) + labelled("seeds", delivered.spread_text, width)
+        if delivered.unfinished:
+            lines += labelled("", f"{run.phase} is unfinished: the choice may change", width, "yellow")
+    else:
+        lines = labelled("candidate", text, width) + labelled("", delivered.status, width, "yellow")
+        if spread.seeds > 1:
+            lines += labelled("seeds", delivered.spread_text, width)
+    if run.checkpoint is None:
+        lines += labelled(
+            "checkpoint", "unknown (the trial recorded no run folder or best step)", width, "yellow"
+        )
+    elif run.checkpoint_on_this_machine:
+        lines += labelled_path("checkpoint", run.checkpoint, "", width)
+    else:
+        lines += labelled_path("checkpoint", run.checkpoint, f"({run.checkpoint_problem})", width, "yellow")
+    if reproduce and run.reproduce:  # wrapped at spaces, as the phases' best trials' are
+        lines += labelled("reproduce", run.reproduce, width, "dim")
+    return lines
+
+
+def labelled_path(label: str, path: str, note: str, width: int, style: str = "") -> list[Text]:
+    """A path after its label (relative to the current folder when inside it; an SQLite URL as its
+    file), or, too long for that, on a line of its own (never broken), then ``note``."""
+    database = sqlite_file(path)
+    path = shown_path(database if database is not None else path) if not is_postgres(path) else path
+    if LABEL + len(path) <= width:
+        return labelled(label, f"{path} {note}".rstrip(), width, style)
+    lines = [Text(label, style="bold"), Text("  " + path, style=style)]
+    if note:
+        lines += [Text(line, style=style) for line in wrap(note, width, "  ", "  ")]
     return lines

@@ -11,13 +11,10 @@ SELECTs, no Optuna trial objects, no intermediate values), one study at a time: 
 with many studies holds one study's trials in memory at once, and only the rows stay. Run
 folders are only looked at to say whether the best checkpoint is on this machine.
 
-Which value is "best": the best completed trial over the phases that validate on the real
-validation set, in the objective's direction. A phase whose plan validates on a proxy split
-(``proxy_fraction > 0``: round 1 holding out part of the TRAINING data) scores on other examples,
-so its values are not comparable with the others and are left out; sweep-lr's trials count (they
-validate on the real validation set). Only when no other phase has a completed trial is the best
-of a proxy phase shown, marked ``"split": "proxy"``. Phases whose objective (metric or direction)
-differs from the latest phase's are left out too. On equal values the later phase wins.
+Which model is the study's: the one rule of ``tuner.report.delivered`` (the latest full-length
+round, 2 or later; its point with the best mean over seeds; that point's best seed at its best
+step), the same as ``tuner report``'s. Before such a round has completed, the best point of the
+latest round is shown as "not a delivered model yet", never as the study's best.
 
 JSON (``tuner list --json``): a list, one object per study; keys are only ever added::
 
@@ -35,6 +32,7 @@ JSON (``tuner list --json``): a list, one object per study; keys are only ever a
            "best_value": float | null, "train_s": float}
         ],
         "trials": int, "attempts": int, "counts": {...},   # over every phase
+        "delivered_model": null | {...},       # tuner report --json's "delivered_model", the same
         "best": null | {"value": float, "metric": str, "direction": "minimize" | "maximize",
                         "split": "validation" | "proxy", "phase": str, "trial": int,
                         "best_step": int | null, "max_train_steps": int | null, "params": {...},
@@ -42,9 +40,9 @@ JSON (``tuner list --json``): a list, one object per study; keys are only ever a
                         "checkpoint": str | null,           # <run_dir>/checkpoints/best-stepXXXXXXXX.pt
                         "checkpoint_on_this_machine": bool,
                         "checkpoint_problem": str | null,   # why it is not here (no run folder, no file)
-                        "reproduce": str | null},
+                        "reproduce": str | null},   # the delivered model's run (or candidate)
         "train_s": float,                      # training time of every attempt of every phase
-        "reproduce": str | null,               # the best trial's command (= best.reproduce)
+        "reproduce": str | null,               # its command (= best.reproduce)
         "code_versions": [{"git_commit": str | null, "git_dirty": bool | null, "trials": int}]
       }                                        # most trials first; null commit: not a git checkout
     ]
@@ -62,15 +60,14 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tuner._atomic import write_output_file
 from tuner.orchestrate.stored import StorageReader
 from tuner.playbook.verdicts import jsonable
-from tuner.report.best_trial import BestTrial, best_trial
-from tuner.report.study_data import PhaseData, SlotState, StudyData, TrialSlot, study_data
-
-Split = Literal["validation", "proxy"]
+from tuner.report.best_trial import BestTrial
+from tuner.report.delivered import DeliveredModel, Split, delivered_model, proxy_fraction
+from tuner.report.study_data import PhaseData, SlotState, StudyData, study_data
 
 
 @dataclass(frozen=True)
@@ -145,9 +142,16 @@ class TrackingRow:
     study_file: str | None
     notes: str
     phases: list[PhaseRow]
-    best: BestRow | None
+    delivered: DeliveredModel | None
     train_s: float
     code_versions: list[CodeVersion] = field(default_factory=list)
+
+    @property
+    def best(self) -> BestRow | None:
+        """The delivered model's run (or the candidate, ``delivered.delivered`` False) and its split."""
+        if self.delivered is None:
+            return None
+        return BestRow(**vars(self.delivered.run), split=self.delivered.split)
 
     @property
     def trials(self) -> int:
@@ -185,6 +189,7 @@ class TrackingRow:
                 "trials": self.trials,
                 "attempts": self.attempts,
                 "counts": self.counts,
+                "delivered_model": self.delivered.to_json() if self.delivered is not None else None,
                 "best": self.best.to_json() if self.best is not None else None,
                 "train_s": round(self.train_s, 3),
                 "reproduce": self.reproduce,
@@ -204,6 +209,7 @@ class TrackingRow:
             "trials": self.trials,
             "attempts": self.attempts,
             **{state: counts[state] for state in COUNT_COLUMNS},
+            "delivered": "" if self.delivered is None else str(self.delivered.delivered).lower(),
             "best_value": "" if best is None else best.value,
             "metric": "" if best is None else best.metric,
             "direction": "" if best is None else best.direction,
@@ -211,6 +217,7 @@ class TrackingRow:
             "best_phase": "" if best is None else best.phase,
             "best_trial": "" if best is None else best.trial,
             "best_step": "" if best is None or best.best_step is None else best.best_step,
+            **_spread_columns(self.delivered),
             "checkpoint": "" if best is None else best.checkpoint or "",
             "checkpoint_on_this_machine": ""
             if best is None
@@ -221,8 +228,12 @@ class TrackingRow:
         }
 
 
-def _flag(best: BestRow | None) -> str:
-    return "" if best is None else str(best.checkpoint_on_this_machine).lower()
+def _spread_columns(delivered: DeliveredModel | None) -> dict[str, Any]:
+    """The chosen point's mean, min, max over its seeds, and how many (empty: none)."""
+    if delivered is None:
+        return {"seed_mean": "", "seed_min": "", "seed_max": "", "seeds": ""}
+    spread = delivered.spread
+    return {"seed_mean": spread.mean, "seed_min": spread.low, "seed_max": spread.high, "seeds": spread.seeds}
 
 
 COUNT_COLUMNS = tuple(str(s) for s in SlotState)
@@ -235,6 +246,7 @@ CSV_COLUMNS = (
     "trials",
     "attempts",
     *COUNT_COLUMNS,
+    "delivered",
     "best_value",
     "metric",
     "direction",
@@ -242,6 +254,10 @@ CSV_COLUMNS = (
     "best_phase",
     "best_trial",
     "best_step",
+    "seed_mean",
+    "seed_min",
+    "seed_max",
+    "seeds",
     "checkpoint",
     "checkpoint_on_this_machine",
     "train_s",
@@ -266,16 +282,6 @@ def tracking_rows(reader: StorageReader) -> Iterator[TrackingRow]:
 
 
 # -- one study -----------------------------------------------------------------------------------
-def proxy_fraction(phase: PhaseData) -> float:
-    """The share of the training split the phase validates on instead of the validation set (0: none)."""
-    if phase.plan is None:
-        return 0.0
-    value = phase.plan.overrides.get("proxy_fraction")
-    if value is None:
-        value = phase.plan.config.get("training", {}).get("proxy_fraction")
-    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
-
-
 def tracking_row(data: StudyData) -> TrackingRow:
     """The row of one study (``data.phases`` latest first, as ``read_study`` returns them)."""
     phases = data.phases
@@ -288,7 +294,7 @@ def tracking_row(data: StudyData) -> TrackingRow:
         study_file=study_file,
         notes=notes.strip(),
         phases=[_phase_row(p) for p in reversed(phases)],
-        best=best_row(phases),
+        delivered=delivered_model(phases),
         train_s=sum(slot.train_s for p in phases for slot in p.slots),
         code_versions=code_versions(phases),
     )
@@ -308,36 +314,6 @@ def _phase_row(phase: PhaseData) -> PhaseRow:
         best_value=best.value if best is not None else None,
         train_s=sum(slot.train_s for slot in phase.slots),
     )
-
-
-def best_row(phases: list[PhaseData]) -> BestRow | None:
-    """The study's best trial (see the module docstring: real validation set first; the later
-    phase on equal values). ``phases`` latest first."""
-    real = [p for p in phases if proxy_fraction(p) == 0.0]
-    proxy = [p for p in phases if proxy_fraction(p) > 0.0]
-    splits: tuple[tuple[Split, list[PhaseData]], ...] = (("validation", real), ("proxy", proxy))
-    for split, candidates in splits:
-        ranked = _rank(candidates)
-        if ranked is not None:
-            return _best(*ranked, split)
-    return None
-
-
-def _rank(phases: list[PhaseData]) -> tuple[PhaseData, TrialSlot] | None:
-    bests = [(p, best) for p in phases if (best := p.best) is not None and best.value is not None]
-    if not bests:
-        return None
-    objective = (bests[0][0].metric, bests[0][0].direction)  # the latest phase's objective
-    same = [(p, s) for p, s in bests if (p.metric, p.direction) == objective]
-    sign = 1.0 if same[0][0].minimize else -1.0
-    # min() keeps the first of equal keys: ``phases`` are latest first, so the later phase wins
-    return min(same, key=lambda pair: sign * (pair[1].value or 0.0))
-
-
-def _best(phase: PhaseData, slot: TrialSlot, split: Split) -> BestRow:
-    found = best_trial(phase, slot)
-    assert found is not None
-    return BestRow(**vars(found), split=split)
 
 
 def code_versions(phases: list[PhaseData]) -> list[CodeVersion]:

@@ -1,0 +1,178 @@
+"""The model a study delivers: one rule, used by ``tuner list``, ``tuner report`` (terminal, HTML,
+JSON) and whatever ends a study with its model.
+
+The rule (``RULE`` below says it in one line):
+
+1. **The delivering phase** is the latest round, round 2 or later, that trained at full length
+   (its trial length is ``max_train_steps``; a round whose ``max_train_steps`` is unknown counts,
+   there being no longer length to compare with) and has completed trials. Round 1 never
+   delivers: it trains at a fraction of ``max_train_steps`` and one run per point, to rank points,
+   not to produce the model. sweep-lr never does: it trains at one constant LR to measure length.
+2. **The chosen point:** the phase's completed runs grouped by point (same hyperparameters, seeds
+   differ) and ranked by the **mean** objective over the point's completed seeds; equal means,
+   the point with more seeds, then the earlier point (``tuner.playbook.ranked_points``, the
+   ranking round N uses for its sources). A point run once ranks by its one value: a mean is a
+   mean, so a single lucky run can win, and its spread (one seed) says how little is known.
+3. **The delivered model** is the chosen point's seed run with the best objective, at its best
+   step: its checkpoint (``<run_dir>/checkpoints/best-stepN.pt``), its reproduce command, its value
+   and step; the point's spread over seeds (mean, min, max, seeds) is the test-free uncertainty.
+
+With no full-length round completed yet, the best point of the latest round that has completed
+trials is shown as a candidate (``delivered: false``), with why it is not the delivered model and
+the round to run; it is never called the study's best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tuner.playbook.phases import round_number
+from tuner.playbook.ranked_points import points_of, ranked
+from tuner.report.best_trial import BestTrial, best_trial
+from tuner.report.study_data import PhaseData, SlotState
+
+Split = Literal["validation", "proxy"]
+
+RULE = (
+    "the latest round (2 or later) trained at max_train_steps: its point with the best mean over "
+    "seeds (equal means: more seeds, then the earlier point), that point's best seed at its best step"
+)
+
+
+def proxy_fraction(phase: PhaseData) -> float:
+    """The share of the training split the phase validates on instead of the validation set (0: none)."""
+    if phase.plan is None:
+        return 0.0
+    value = phase.plan.overrides.get("proxy_fraction")
+    if value is None:
+        value = phase.plan.config.get("training", {}).get("proxy_fraction")
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """The chosen point's objective over its completed seeds: the test-free uncertainty."""
+
+    mean: float
+    low: float
+    high: float
+    seeds: int
+    trials: list[int]  # the seed runs' trial numbers, lowest seed first
+
+    def describe(self) -> str:
+        """``mean 0.12 over 3 seeds (0.11-0.13)``, or ``1 seed: no spread measured``."""
+        from tuner.report.findings import fmt
+
+        if self.seeds == 1:
+            return "1 seed: no spread measured"
+        return f"mean {fmt(self.mean)} over {self.seeds} seeds ({fmt(self.low)}-{fmt(self.high)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mean": self.mean,
+            "min": self.low,
+            "max": self.high,
+            "seeds": self.seeds,
+            "trials": self.trials,
+        }
+
+
+@dataclass(frozen=True)
+class DeliveredModel:
+    """The study's model by the module's rule (``delivered``), or, before a full-length round has
+    completed, the candidate that is not one yet (``why_not`` and ``next_step`` say so)."""
+
+    delivered: bool
+    run: BestTrial  # the chosen point's best seed run: phase, trial, value, step, checkpoint, reproduce
+    spread: SeedSpread
+    split: Split  # what the value was scored on: a proxy split only for a round-1 candidate
+    why_not: str | None  # "round 1 trains at a fraction of max_train_steps, 8 of 40 steps"
+    next_step: str | None  # "run round 2 (tuner run-round STUDY --round 2)"
+    unfinished: int  # the phase's trials still running or waiting: the choice may change
+
+    @property
+    def spread_text(self) -> str:
+        """The spread in words; for one seed, the round setting that would measure it."""
+        text = self.spread.describe()
+        if self.spread.seeds == 1:
+            text += f" (rounds.{self.run.phase.replace('-', '')}.seeds: 2 or more measures it)"
+        return text
+
+    @property
+    def status(self) -> str:
+        """The headline: ``delivered model`` or ``not a delivered model yet (...): run round 2``."""
+        if self.delivered:
+            return "delivered model"
+        return f"not a delivered model yet ({self.why_not}): {self.next_step}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "delivered": self.delivered,
+            "status": self.status,
+            "rule": RULE,
+            "why_not": self.why_not,
+            "next_step": self.next_step,
+            "split": self.split,
+            "unfinished": self.unfinished,
+            **self.run.to_json(),
+            "seeds": self.spread.to_json(),
+        }
+
+
+def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
+    """The model of a study whose ``phases`` are all of its phases (any order), by the module's
+    rule; None when no round has a completed trial."""
+    rounds = sorted(
+        (p for p in phases if p.kind == "round" and p.completed),
+        key=lambda p: round_number(p.phase) or 0,
+        reverse=True,
+    )
+    if not rounds:
+        return None
+    full = [p for p in rounds if (round_number(p.phase) or 0) >= 2 and _full_length(p)]
+    phase = full[0] if full else rounds[0]
+    number = round_number(phase.phase) or 1
+    chosen = ranked(points_of([s.final for s in phase.completed], phase.plan), phase.direction)[0]
+    slots = {s.slot: s for s in phase.completed}
+    run = best_trial(phase, slots[chosen.best_run(phase.direction).slot])
+    assert run is not None
+    spread = SeedSpread(
+        mean=chosen.value,
+        low=min(chosen.values),
+        high=max(chosen.values),
+        seeds=len(chosen.runs),
+        trials=[t.slot for t in chosen.runs],
+    )
+    unfinished = len(phase.with_state(SlotState.RUNNING, SlotState.WAITING))
+    return DeliveredModel(
+        delivered=bool(full),
+        run=run,
+        spread=spread,
+        split="proxy" if proxy_fraction(phase) > 0 else "validation",
+        why_not=None if full else _why_not(phase, number),
+        next_step=None if full else _next_step(phase, number + 1),
+        unfinished=unfinished,
+    )
+
+
+def _full_length(phase: PhaseData) -> bool:
+    plan = phase.plan
+    return plan is None or plan.max_train_steps is None or plan.trial_steps >= plan.max_train_steps
+
+
+def _why_not(phase: PhaseData, number: int) -> str:
+    plan = phase.plan
+    if plan is not None and plan.max_train_steps is not None and plan.trial_steps < plan.max_train_steps:
+        return (
+            f"round {number} trains at a fraction of max_train_steps, "
+            f"{plan.trial_steps} of {plan.max_train_steps} steps"
+        )
+    return "round 1 ranks points, one run each; round 2 trains the best of them again at full length"
+
+
+def _next_step(phase: PhaseData, number: int) -> str:
+    from tuner.output import shown_path
+
+    study = shown_path(phase.study_file) if phase.study_file else "STUDY"
+    return f"run round {number} (tuner run-round {study} --round {number})"
