@@ -75,9 +75,7 @@ def test_the_reported_case_best_just_past_ten_percent_and_error_rising_after_is_
     )
     # what decides it, in words: the position, and how much worse the last eval is
     assert "validation gets worse after an early best step in 3 of the top 3" in worsens.text
-    assert (
-        "best at 11% to 16% of training" in worsens.text and "0.053 at step 100 -> 0.145" in worsens.text
-    )
+    assert "best at 11% to 16% of training" in worsens.text and "0.053 at step 100 -> 0.145" in worsens.text
     # 2 x the latest best step among them (150), on the eval grid
     assert worsens.suggested_trial_steps == 300
     assert {s.key: s.new for s in report.suggestions} == {
