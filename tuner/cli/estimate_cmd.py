@@ -50,11 +50,9 @@ def _source(phase: PhaseEstimate) -> str:
     return f"{cost.trials} trials" if cost.source.value == "measured" else "probe"
 
 
-def _steps(value: int | None) -> str:
-    return "?" if value is None else f"{value:,}"
-
-
-ROW = "{:<9}{:>6} {:>4} {:>7} {:>9} {:>9} {:>8} {:>8} {:>4} {:>8} {:>9}  {}"  # a space between columns, always
+# a space between columns, always; a phase of unknown length has only the counts, then why
+COUNTS = "{:<9}{:>6} {:>4} {:>7} {:>9} {:>9}"
+ROW = COUNTS + " {:>8} {:>8} {:>4} {:>8} {:>9}  {}"
 
 
 def table_lines(result: Estimate) -> list[str]:
@@ -66,18 +64,18 @@ def table_lines(result: Estimate) -> list[str]:
     for phase in result.phases:
         length = phase.length
         steps = "?" if length.steps is None else f"{'<=' if length.upper_bound else ''}{length.steps}"
-        counts = (phase.phase, phase.trials_total, phase.ran.trials, steps)
+        # sweep-lr's trials still to run stop once they fit: their steps are at most the cap's
+        bound = "<=" if length.upper_bound and phase.trials_to_run else ""
+        total = "?" if phase.steps_total is None else f"{bound}{phase.steps_total:,}"
+        counts = (phase.phase, phase.trials_total, phase.ran.trials, steps, total, f"{phase.ran.steps:,}")
         if not phase.known:
-            known = (_steps(phase.steps_total), _steps(phase.ran.steps))
-            lines.append(ROW.format(*counts, *known, "", "", "", "", "", length.unknown).rstrip())
+            lines.append(COUNTS.format(*counts) + f"   {length.unknown}")
             continue
         assert phase.cost is not None or phase.steps_to_run == 0
         hours = phase.hours_per_trial
         lines.append(
             ROW.format(
                 *counts,
-                _steps(phase.steps_total),
-                _steps(phase.ran.steps),
                 _number(phase.cost.seconds_per_step(phase.eval_every)) if phase.cost else "",
                 "" if hours is None else duration(hours * 3600),
                 phase.parallel,
@@ -91,8 +89,8 @@ def table_lines(result: Estimate) -> list[str]:
         result.total_trials,
         result.total_trials_ran,
         "",
-        _steps(result.total_steps),
-        _steps(result.total_steps_ran),
+        f"{result.total_steps:,}",
+        f"{result.total_steps_ran:,}",
         "",
         "",
         "",

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.playbook.estimate.forecast import search_cost_hours, search_days
+from tuner.playbook.estimate.formulas import search_cost_hours, search_days
 
 
 class CostSource(str, enum.Enum):

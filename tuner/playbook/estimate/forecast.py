@@ -1,32 +1,14 @@
-"""What the study file plans: each phase's trials and trial length, the workers that would run
-them, and the playbook's formulas (product.md section 6):
-``search cost = trials x average trial cost`` and
-``days = (trials / parallel trials) x (hours per trial / 24)``.
-"""
+"""What the study file plans: each phase's trials and trial length (or, for a phase created
+already, its stored length), and the workers that would run them."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from tuner.playbook.estimate.figures import PhaseLength, Workers
 from tuner.playbook.phase_names import SWEEP_PHASE
 from tuner.spec import RoundSpec, StudySpec
-
-if TYPE_CHECKING:
-    from tuner.playbook.estimate.figures import PhaseLength, Workers
-
-
-def search_cost_hours(trials: int, hours_per_trial: float) -> float:
-    """``trials x average trial cost``: device-hours (GPU-hours, or CPU-worker-hours)."""
-    return trials * hours_per_trial
-
-
-def search_days(trials: int, parallel: int, hours_per_trial: float) -> float:
-    """``(trials / parallel trials) x (hours per trial / 24)``: wall-clock days."""
-    if parallel < 1:
-        raise ValueError(f"parallel trials must be at least 1, got {parallel}")
-    return trials / parallel * hours_per_trial / 24
 
 
 def with_max_train_steps(spec: StudySpec, steps: int) -> StudySpec:
@@ -58,7 +40,6 @@ def planned_phases(spec: StudySpec, stored_steps: dict[str, int] | None = None) 
     ``stored_steps``: the trial length of each phase created already, from its stored plan (what
     its workers train, and what the next round's length follows from).
     """
-    from tuner.playbook.estimate.figures import PhaseLength
     from tuner.playbook.sweep_lr import default_grid
 
     stored = stored_steps or {}
@@ -103,7 +84,6 @@ def plan_workers(
 ) -> Workers:
     """What ``run-round`` would start for a phase of ``budget`` trials."""
     from tuner.orchestrate import local_workers
-    from tuner.playbook.estimate.figures import Workers
 
     chosen = local_workers(
         workers=workers,

@@ -76,15 +76,28 @@ def _status_step(trial: Any) -> int | None:
     return _positive(status.get("step")) if isinstance(status, dict) else None
 
 
-def reached_step(trial: Any) -> int:
+def reached_step(trial: Any, phase_steps: int | None) -> int:
     """The last step a trial trained to: the step it recorded at its end, else its run folder's
-    status, else its last checkpoint or eval (a trial running now, or one killed mid-run)."""
+    status, else its last checkpoint or eval (a trial running now, or one killed mid-run). A
+    completed trial recorded before ``final_step`` was trained its length (``phase_steps``:
+    the phase's)."""
+    from optuna.trial import TrialState
+
     attrs = trial.user_attrs
     final = _positive(attrs.get("final_step")) or _status_step(trial)
+    if final is None and trial.state == TrialState.COMPLETE:  # recorded before final_step was
+        final = _positive(attrs.get("max_train_steps")) or phase_steps
     if final is not None:
         return final
     evals = [int(step) for step in trial.intermediate_values]
     return max([*evals, _positive(attrs.get("last_checkpoint_step")) or 0])
+
+
+def trained_steps(trial: Any, phase_steps: int | None) -> int:
+    """Steps this trial itself trained: a retry resumed from its failed attempt's checkpoint
+    (``resumed_from_step``) trained only the steps after it."""
+    resumed = _positive(trial.user_attrs.get("resumed_from_step")) or 0
+    return max(0, reached_step(trial, phase_steps) - resumed)
 
 
 def trial_seconds(trial: Any) -> float | None:
@@ -109,9 +122,8 @@ def _wall_s(trials: list[Any]) -> float:
 def what_ran(stored: StoredPhase | None) -> PhaseRan:
     """Trials, slots and trained steps of a phase; seconds where the trials recorded them.
 
-    A retry resumes from its failed attempt's checkpoint (``resumed_from_step``): only the
-    steps after it are new. A trial running now has trained up to its last eval or checkpoint
-    and still has the rest of its length to go.
+    A trial running now has trained up to its last eval or checkpoint and still has the rest of
+    its length to go.
     """
     from optuna.trial import TrialState
 
@@ -123,8 +135,7 @@ def what_ran(stored: StoredPhase | None) -> PhaseRan:
     measured_s = 0.0
     for trial in started:
         slots.add(int(trial.user_attrs.get("slot", trial.number)))
-        reached = reached_step(trial)
-        trained = max(0, reached - (_positive(trial.user_attrs.get("resumed_from_step")) or 0))
+        trained = trained_steps(trial, stored.trial_steps)
         steps += trained
         seconds = trial_seconds(trial) if trial.state.is_finished() else None
         if seconds is None:
@@ -132,8 +143,8 @@ def what_ran(stored: StoredPhase | None) -> PhaseRan:
         else:
             measured_s += seconds
         if trial.state == TrialState.RUNNING:
-            length = _positive(trial.user_attrs.get("max_train_steps")) or stored.trial_steps or reached
-            running_left += max(0, length - reached)
+            length = _positive(trial.user_attrs.get("max_train_steps")) or stored.trial_steps or 0
+            running_left += max(0, length - reached_step(trial, stored.trial_steps))
     return PhaseRan(len(started), len(slots), steps, measured_s, unmeasured, _wall_s(started), running_left)
 
 
@@ -149,13 +160,8 @@ def measured_cost(stored: StoredPhase | None) -> StepCost | None:
     for trial in stored.trials:
         if trial.state != TrialState.COMPLETE:
             continue
-        trial_s = trial_seconds(trial)
-        trial_steps = (
-            _positive(trial.user_attrs.get("final_step"))
-            or _positive(trial.user_attrs.get("max_train_steps"))
-            or stored.trial_steps
-        )
-        if trial_s is None or trial_steps is None:
+        trial_s, trial_steps = trial_seconds(trial), trained_steps(trial, stored.trial_steps)
+        if trial_s is None or not trial_steps:
             continue
         seconds, steps, count = seconds + trial_s, steps + trial_steps, count + 1
     if not count:
