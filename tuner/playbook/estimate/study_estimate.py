@@ -25,7 +25,6 @@ from tuner.playbook.estimate.what_ran import (
     StoredPhase,
     load_stored_phase,
     measured_cost,
-    open_existing_storage,
     recommended_max_train_steps,
     what_ran,
 )
@@ -60,6 +59,7 @@ def estimate(
     exists; probes only if a phase has planned work and no measured cost (``announce`` hears
     what the probe does before it starts: it may take a while)."""
     from tuner.orchestrate.pool import check_devices
+    from tuner.playbook.study_results import open_existing_storage  # an estimate creates none
 
     if probe_steps < MIN_PROBE_STEPS:
         raise UsageError(f"--probe-steps must be at least {MIN_PROBE_STEPS}, got {probe_steps}")

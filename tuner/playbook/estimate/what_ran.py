@@ -23,13 +23,6 @@ class StoredPhase:
     trial_steps: int | None
 
 
-def open_existing_storage(url: str) -> Any:
-    """The storage, or None for an SQLite file that does not exist: an estimate creates nothing."""
-    from tuner.playbook.study_results import open_existing_storage as open_existing
-
-    return open_existing(url)
-
-
 def recommended_max_train_steps(storage: Any, study: str) -> int | None:
     """sweep-lr's recommendation stored with its phase, if it has one."""
     from tuner.playbook.study_results import stored_recommendation
