@@ -38,21 +38,21 @@ def _done(slot: int, steps: int, seconds: float, **attrs: object) -> optuna.tria
 
 
 def _setup(tmp_path: Path) -> tuple[Path, str]:
-    """Round 1 of the file's 20 trials ran 101 (``--trials 101``), one of them killed at step 50
+    """Round 1 of the file's 20 trials ran 25 (``--trials 25``), one of them killed at step 50
     (last checkpoint 40) and retried from that checkpoint; sweep-lr's 12 points all fit early."""
     path = write_study(tmp_path, STUDY)
     url = default_storage_url(tmp_path / "runs", "est")
-    round1 = _phase(url, "round-1", 101, 120)
-    for slot in range(100):
+    round1 = _phase(url, "round-1", 25, 120)
+    for slot in range(24):
         round1.add_trial(_done(slot, 120, 6.0))
     round1.add_trial(
         create_trial(
             state=TrialState.FAIL,
-            user_attrs={"slot": 100, "attempt": 0, "last_checkpoint_step": 40},
+            user_attrs={"slot": 24, "attempt": 0, "last_checkpoint_step": 40},
             intermediate_values={25: 0.5, 50: 0.4},
         )
     )
-    round1.add_trial(_done(100, 120, 4.0, attempt=1, resumed_from_step=40, retry_of=100))
+    round1.add_trial(_done(24, 120, 4.0, attempt=1, resumed_from_step=40, retry_of=24))
     sweep = _phase(url, "sweep-lr", 12, 2000)
     for slot in range(12):  # fit at 100, 200, ... 1200 steps: 0.01 s a step
         sweep.add_trial(_done(slot, 100 * (slot + 1), (slot + 1) * 1.0, stopped_early=True))
@@ -63,16 +63,14 @@ def test_round_1_counts_the_trials_that_ran_beyond_the_file_budget(tmp_path: Pat
     path, url = _setup(tmp_path)
     phases = {p.phase: p for p in estimate(load_study(path), storage_url=url, workers=1).phases}
     round1 = phases["round-1"]
-    # 101 slots (102 trials: the retry is one more) instead of the file's 20; nothing left to run
-    assert (round1.trials_total, round1.ran.trials, round1.ran.slots, round1.trials_to_run) == (
-        102,
-        102,
-        101,
-        0,
-    )
-    # 100 x 120 steps, the killed trial's 50 and its retry's 80 (from step 40): 12,130 trained
-    assert (round1.ran.steps, round1.steps_to_run, round1.steps_total) == (12_130, 0, 12_130)
-    assert round1.cost_hours == pytest.approx((100 * 6.0 + 4.0 + 50 * 0.05) / 3600)  # 0.05 s a step
+    # 25 slots (26 trials: the retry is one more) instead of the file's 20; nothing left to run
+    counts = (round1.trials_total, round1.ran.trials, round1.ran.slots, round1.trials_to_run)
+    assert counts == (26, 26, 25, 0)
+    # 24 x 120 steps, the killed trial's 50 and its retry's 80 (from step 40): 3,010 trained
+    assert (round1.ran.steps, round1.steps_to_run, round1.steps_total) == (3_010, 0, 3_010)
+    # measured: (24 x 6 s + 4 s) / (24 x 120 + 80 steps) = 0.05 s a step, which costs the killed 50
+    assert round1.cost is not None and round1.cost.step_s == pytest.approx(0.05)
+    assert round1.cost_hours == pytest.approx((24 * 6.0 + 4.0 + 50 * 0.05) / 3600)
 
 
 def test_a_sweep_that_stopped_before_its_cap_is_costed_at_what_it_trained(tmp_path: Path) -> None:
@@ -128,14 +126,14 @@ def test_cli_totals_are_what_ran_plus_what_is_planned(
     assert (phases["round-2"]["steps_ran"], phases["round-2"]["steps_to_run"]) == (0, 18 * 600)
     assert (phases["round-3"]["steps_ran"], phases["round-3"]["steps_to_run"]) == (0, 2 * 900)
     total = data["total"]
-    assert total["steps_ran"] == 12_130 + 7_800 and total["steps_to_run"] == 18 * 600 + 2 * 900
-    assert total["steps"] == sum(p["steps"] for p in data["phases"]) == 19_930 + 12_600
-    assert total["trials"] == 102 + 12 + 18 + 2 and total["trials_ran"] == 114
+    assert total["steps_ran"] == 3_010 + 7_800 and total["steps_to_run"] == 18 * 600 + 2 * 900
+    assert total["steps"] == sum(p["steps"] for p in data["phases"]) == 10_810 + 12_600
+    assert total["trials"] == 26 + 12 + 18 + 2 and total["trials_ran"] == 38
     assert total["cost_hours"] == pytest.approx(sum(p["cost_hours"] for p in data["phases"]))
 
     text = plain(invoke(*args).stdout)
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
-    assert rows["round-1"][1:6] == ["102", "102", "120", "12,130", "12,130"]
+    assert rows["round-1"][1:6] == ["26", "26", "120", "3,010", "3,010"]
     assert rows["sweep-lr"][1:6] == ["12", "12", "<=2000", "7,800", "7,800"]
-    assert rows["total"][1:5] == ["134", "114", "32,530", "19,930"]
-    assert "steps: 19,930 trained + 12,600 to run = 32,530" in text
+    assert rows["total"][1:5] == ["58", "38", "23,410", "10,810"]
+    assert "steps: 10,810 trained + 12,600 to run = 23,410" in text
