@@ -72,7 +72,8 @@ def table_lines(result: Estimate) -> list[str]:
             lines.append(COUNTS.format(*counts) + f"   {length.unknown}")
             continue
         assert phase.cost is not None or phase.steps_to_run == 0
-        hours = phase.hours_per_trial
+        # a planned trial's duration: none for a phase with nothing left to start
+        hours = phase.hours_per_trial if phase.trials_to_run else None
         lines.append(
             ROW.format(
                 *counts,
