@@ -10,6 +10,7 @@ Nothing here prints; the CLI does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from tuner.errors import UsageError
 from tuner.playbook.estimate.figures import (
@@ -39,10 +40,7 @@ def _with_stored_budget(length: PhaseLength, stored: StoredPhase | None) -> Phas
     if stored is None:
         return length
     slots = {int(t.user_attrs.get("slot", t.number)) for t in stored.trials}
-    trials = max(length.trials, stored.budget or 0, len(slots))
-    return PhaseLength(
-        length.phase, trials, length.steps, length.parallel_cap, length.upper_bound, length.unknown
-    )
+    return replace(length, trials=max(length.trials, stored.budget or 0, len(slots)))
 
 
 def estimate(
