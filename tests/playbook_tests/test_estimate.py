@@ -19,6 +19,7 @@ from tuner.playbook.estimate import (
     PhaseLength,
     StepCost,
     estimate,
+    load_stored_phase,
     measured_cost,
     planned_phases,
     search_cost_hours,
@@ -104,8 +105,9 @@ def test_unknown_max_train_steps_leaves_dependent_phases_unknown(tmp_path: Path)
     assert phases["round-3"].steps == 900  # given in steps
 
 
-def _phase(storage: object, name: str, **attrs: object) -> optuna.Study:
-    settings = PhaseSettings.build(30)
+def _phase(storage: object, name: str, budget: int = 1, **attrs: object) -> optuna.Study:
+    """A phase created with a trial budget of ``budget`` (the study file's wins when larger)."""
+    settings = PhaseSettings.build(budget)
     return start_phase(storage, "est", name, settings, direction="minimize", extra_attrs=attrs)
 
 
@@ -146,29 +148,38 @@ def test_measured_durations_and_sweep_lr_recommendation_from_the_storage(tmp_pat
     round3 = _phase(storage, "round-3")
     round3.add_trial(_trial(90.0, max_train_steps=900))
 
-    assert measured_cost(storage, "est", "round-1").step_s == pytest.approx(0.125)  # type: ignore[union-attr]
+    assert measured_cost(load_stored_phase(storage, "est", "round-1")).step_s == pytest.approx(0.125)  # type: ignore[union-attr]
     result = estimate(load_study(path), storage_url=url, workers=2)
     assert (result.max_train_steps, result.max_train_steps_source) == (400, LengthSource.SWEEP_LR)
     by_name = {p.phase: p for p in result.phases}
-    expected = {  # phase: (trials, steps, seconds per step, measured trials)
-        "sweep-lr": (12, 2000, 0.1, 2),
-        "round-1": (20, 80, 0.125, 3),  # 0.2 x 400
-        "round-2": (18, 400, 0.2, 1),
-        "round-3": (2, 900, 0.1, 1),
+    expected = {  # phase: (trials, ran, steps, steps trained, seconds per step, measured trials)
+        "sweep-lr": (12, 2, 2000, 200, 0.1, 2),  # 50 and 150 steps trained, not the 2000 cap
+        "round-1": (20, 4, 80, 240, 0.125, 3),  # 0.2 x 400; the failed trial trained nothing
+        "round-2": (18, 1, 400, 400, 0.2, 1),
+        "round-3": (2, 1, 900, 900, 0.1, 1),
     }
-    for name, (trials, steps, per_step, count) in expected.items():
+    for name, (trials, ran, steps, trained, per_step, count) in expected.items():
         phase = by_name[name]
         assert phase.cost is not None and phase.cost.source == CostSource.MEASURED, name
         assert phase.cost.detail == f"measured over {count} trial{'s' if count > 1 else ''}"
-        assert (phase.length.trials, phase.length.steps) == (trials, steps), name
+        assert (phase.trials_total, phase.ran.trials, phase.length.steps) == (trials, ran, steps), name
+        assert (phase.ran.steps, phase.steps_to_run) == (trained, (trials - ran) * steps), name
         assert phase.hours_per_trial == pytest.approx(steps * per_step / 3600), name
-        assert phase.cost_hours == pytest.approx(trials * steps * per_step / 3600), name
+        # what ran at its own seconds, plus the planned trials at the measured rate
+        assert phase.cost_hours == pytest.approx(
+            phase.ran.measured_s / 3600 + (trials - ran) * steps * per_step / 3600
+        ), name
+    assert by_name["round-1"].ran.measured_s == pytest.approx(30.0)
     assert by_name["round-1"].parallel == 1  # rounds.round1.parallel caps the 2 workers
     assert by_name["round-2"].parallel == 2
-    assert by_name["round-1"].days == pytest.approx(20 * 10.0 / 3600 / 24)
-    assert by_name["round-2"].days == pytest.approx(18 / 2 * 80.0 / 3600 / 24)
+    # days: the phase's own span so far (round 1's trials were made just now), plus the waves to go
+    round1_span = by_name["round-1"].ran.wall_s
+    assert round1_span < 60
+    assert by_name["round-1"].days == pytest.approx(round1_span / 86400 + 16 * 10.0 / 3600 / 24)
+    assert by_name["round-2"].days == pytest.approx((80.0 + 17 / 2 * 80.0) / 3600 / 24)
     assert result.complete
     assert result.total_cost_hours == pytest.approx(sum(p.cost_hours or 0 for p in result.phases))
+    assert result.total_steps == result.total_steps_ran + result.total_steps_to_run
 
 
 def test_the_study_file_beats_the_sweep_lr_recommendation(tmp_path: Path) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 import yaml
 
-from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, toy_study
+from tests._processes import run
+from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, toy_study, tuner_env
 from tuner.orchestrate import open_storage
 from tuner.playbook.study_results import stored_recommendation
 
@@ -111,3 +113,25 @@ def test_a_grid_where_every_lr_diverged_says_go_lower_and_extend_goes_lower(tmp_
     assert extended.returncode == 0, extended.stderr
     assert "extended with lr 10, 31.6" in extended.stderr
     assert sorted(t.params["optimizer.lr"] for t in _trials(path)) == [10.0, 31.6, 100.0, 316.0, 1000.0]
+
+
+def test_validate_reads_the_sweeps_length_from_the_output_folder_it_is_given(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path, grid=[0.1, 1.0, 100.0])
+    elsewhere = tmp_path / "elsewhere"  # not the default `runs`
+    done = run_tuner("sweep-lr", str(path), "--output-dir", str(elsewhere), "--no-progress")
+    assert done.returncode == 0, done.stderr
+
+    found = run_tuner("validate", str(path), "--output-dir", str(elsewhere))
+    assert found.returncode == 0, found.stderr
+    assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout
+    assert "round 1: 2 trials of 5 steps" in found.stdout
+    assert "not set" not in found.stdout and found.stderr == ""
+    by_url = run_tuner("validate", str(path), "--storage", sqlite_url(elsewhere))
+    assert "max_train_steps 10 (from tuner sweep-lr)" in by_url.stdout, by_url.stderr
+
+    # without --output-dir: `runs` under the current folder, which holds no storage
+    default = run([sys.executable, "-m", "tuner", "validate", str(path)], env=tuner_env(), cwd=tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert "max_train_steps not set" in default.stdout
+    assert "note: training.max_train_steps is not set" in default.stdout
+    assert not (tmp_path / "runs").exists()  # validate reads a storage, never creates one

@@ -1,4 +1,5 @@
-"""``tuner estimate STUDY``: what the search will cost, per phase and in total, before it runs.
+"""``tuner estimate STUDY``: what the search costs, per phase and in total: what ran plus what is
+still planned.
 
 The figures come from ``tuner.playbook.estimate``; this module only prints them (a table, or
 ``--json`` with the keys the README documents).
@@ -49,35 +50,48 @@ def _source(phase: PhaseEstimate) -> str:
     return f"{cost.trials} trials" if cost.source.value == "measured" else "probe"
 
 
+# a space between columns, always; a phase of unknown length has only the counts, then why
+COUNTS = "{:<9}{:>6} {:>4} {:>7} {:>9} {:>9}"
+ROW = COUNTS + " {:>8} {:>8} {:>4} {:>8} {:>9}  {}"
+
+
 def table_lines(result: Estimate) -> list[str]:
-    """One row per phase: the formulas' inputs, then their results (JSON has them unrounded)."""
+    """One row per phase: trials in all and run, the trial length, steps in all and trained, then
+    the formulas' inputs and results (JSON has them unrounded)."""
     unit = "GPU-h" if result.workers.device == "cuda" else "CPU-h"
-    row = "{:<9}{:>7}{:>8}{:>10}{:>10}{:>5}{:>9}{:>10}  {}"
-    lines = [row.format("phase", "trials", "steps", "s/step", "trial", "par", unit, "wall", "source")]
+    header = ("phase", "trials", "ran", "length", "steps", "trained", "s/step", "trial", "par", unit, "wall")
+    lines = [ROW.format(*header, "source").rstrip()]
     for phase in result.phases:
         length = phase.length
         steps = "?" if length.steps is None else f"{'<=' if length.upper_bound else ''}{length.steps}"
+        # sweep-lr's trials still to run stop once they fit: their steps are at most the cap's
+        bound = "<=" if length.upper_bound and phase.trials_to_run else ""
+        total = "?" if phase.steps_total is None else f"{bound}{phase.steps_total:,}"
+        counts = (phase.phase, phase.trials_total, phase.ran.trials, steps, total, f"{phase.ran.steps:,}")
         if not phase.known:
-            lines.append(f"{phase.phase:<9}{length.trials:>7}{steps:>8}  {length.unknown}")
+            lines.append(COUNTS.format(*counts) + f"   {length.unknown}")
             continue
-        assert phase.cost is not None
+        assert phase.cost is not None or phase.steps_to_run == 0
+        # a planned trial's duration: none for a phase with nothing left to start
+        hours = phase.hours_per_trial if phase.trials_to_run else None
         lines.append(
-            row.format(
-                phase.phase,
-                length.trials,
-                steps,
-                _number(phase.cost.seconds_per_step(phase.eval_every)),
-                duration((phase.hours_per_trial or 0.0) * 3600),
+            ROW.format(
+                *counts,
+                _number(phase.cost.seconds_per_step(phase.eval_every)) if phase.cost else "",
+                "" if hours is None else duration(hours * 3600),
                 phase.parallel,
                 _number(phase.cost_hours or 0.0),
                 duration((phase.days or 0.0) * 86400),
                 _source(phase),
             ).rstrip()
         )
-    total = row.format(
+    total = ROW.format(
         "total",
         result.total_trials,
+        result.total_trials_ran,
         "",
+        f"{result.total_steps:,}",
+        f"{result.total_steps_ran:,}",
         "",
         "",
         "",
@@ -96,6 +110,11 @@ def report_lines(result: Estimate) -> list[str]:
         else "max_train_steps unknown until tuner sweep-lr"
     )
     lines = [f"estimate for {result.study}: {length}", *table_lines(result)]
+    known = "" if result.complete else " (of the phases whose length is known)"
+    lines.append(
+        f"steps: {result.total_steps_ran:,} trained + {result.total_steps_to_run:,} to run = "
+        f"{result.total_steps:,}{known}"
+    )
     sources = sorted({p.cost.detail for p in result.phases if p.cost is not None})
     if sources:
         lines.append("s/step from: " + "; ".join(sources))
@@ -129,7 +148,7 @@ def estimate(
         30, "--probe-steps", metavar="N", help="Steps the probe times when a phase has not run."
     ),
 ) -> None:
-    """Estimate each phase's cost and days from measured trials, else a timed probe."""
+    """Each phase's trials, steps, cost and days: what ran plus what is planned."""
     from tuner.cli._phase_run import parse_devices
     from tuner.orchestrate import resolve_storage_url
     from tuner.playbook.estimate import estimate as compute

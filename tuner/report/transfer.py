@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar, Literal
@@ -223,15 +222,13 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:
-    """Spearman's rho; None when either side is constant (it is undefined there, and scipy would
-    warn)."""
+    """Spearman's rho; None when either side is constant: it is undefined there, and scipy is not
+    asked (it would warn on the user's terminal)."""
     from scipy.stats import spearmanr
 
     if len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho = spearmanr(x, y).statistic
+    rho = spearmanr(x, y).statistic
     return float(rho) if rho is not None and math.isfinite(rho) else None
 
 
