@@ -84,7 +84,8 @@ def test_phases_have_the_trials_and_lengths_the_study_defines(tmp_path: Path) ->
     assert list(phases) == ["sweep-lr", "round-1", "round-2", "round-3"]
     assert (phases["sweep-lr"].trials, phases["sweep-lr"].steps) == (12, 2000)  # 6 points x 2 seeds
     assert phases["sweep-lr"].upper_bound
-    assert (phases["round-1"].trials, phases["round-1"].steps, phases["round-1"].parallel_cap) == (20, 120, 1)
+    # 20% of 600 is 120, moved to the eval grid (eval_every 100): 100
+    assert (phases["round-1"].trials, phases["round-1"].steps, phases["round-1"].parallel_cap) == (20, 100, 1)
     assert (phases["round-2"].trials, phases["round-2"].steps) == (18, 600)  # 3 x 2 seeds x 3 multipliers
     assert (phases["round-3"].trials, phases["round-3"].steps) == (2, 900)
 
@@ -191,4 +192,4 @@ def test_the_study_file_beats_the_sweep_lr_recommendation(tmp_path: Path) -> Non
         _phase(storage, name).add_trial(_trial(1.0, max_train_steps=10))
     result = estimate(load_study(path), storage_url=url, workers=1)
     assert (result.max_train_steps, result.max_train_steps_source) == (600, LengthSource.STUDY_FILE)
-    assert [p.length.steps for p in result.phases] == [2000, 120, 600, 900]
+    assert [p.length.steps for p in result.phases] == [2000, 100, 600, 900]  # round 1 on the eval grid

@@ -76,7 +76,8 @@ def test_validate_describes_the_procedure_and_suggests_a_proxy_split() -> None:
     # digits-mlp declares its dropout as regularisation: sweep-lr switches it off, and says so here
     assert "off: workload.dropout=0.0, optimizer.weight_decay=0.0, augmentation" in text
     assert "round 1: 200 trials of 20 steps (quasi-random), failure budget 66, max 1 retry" in text
-    # round 2 grows geometrically towards the production length (100), which round 3 reaches
-    assert "round 2: top 3 of round 1 = 3 trials of 45 steps" in text
+    # round 2 grows geometrically towards the production length (100), which round 3 reaches: 45,
+    # moved to the eval grid (eval_every 10)
+    assert "round 2: top 3 of round 1 = 3 trials of 50 steps" in text
     assert "round 3: top 1 of round 2 = 1 trial of 100 steps" in text
     assert "consider rounds.round1.proxy_fraction: 0.1" in text

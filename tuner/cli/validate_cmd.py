@@ -201,6 +201,7 @@ def notes(spec: StudySpec, production: ProductionLength) -> list[str]:
             f"training.max_train_steps is not set: {needs}; tuner sweep-lr finds it "
             "(or --set max_train_steps=N)"
         )
+    lines += _off_grid_notes(spec, production)
     round1 = spec.rounds.round1
     if round1.trial_budget >= PROXY_SUGGESTED_FROM and not round1.proxy_fraction:
         lines.append(
@@ -214,3 +215,46 @@ def notes(spec: StudySpec, production: ProductionLength) -> list[str]:
             "now holds a secret; prefer $TUNER_STORAGE or ~/.pgpass (see the README, Secrets)"
         )
     return lines
+
+
+def _off_grid_notes(spec: StudySpec, production: ProductionLength) -> list[str]:
+    """A round length given in steps whose last eval no other round repeats."""
+    from tuner.playbook.trial_lengths import off_eval_grid, on_eval_grid
+
+    every, lines = spec.training.eval_every, []
+    for number, steps in _round_lengths(spec, production):
+        if not off_eval_grid(steps, every) or steps == production.steps:
+            continue
+        given = (round_spec := spec.rounds.get(number)) is not None and round_spec.steps == steps
+        what = f"rounds.round{number}.steps {steps}" if given else f"round {number}'s length ({steps} steps)"
+        fix = (
+            f"{on_eval_grid(steps, every, max(production.steps or 0, steps + every))} steps would be on it"
+            if steps > every or given
+            else f"lower training.eval_every to a divisor of {steps}"
+        )
+        lines.append(
+            f"{what} is off the eval grid (eval_every {every}): its trials are last scored at step "
+            f"{steps}, an eval no full-length run makes, so their ranking may not carry over; {fix}"
+        )
+    return lines
+
+
+def _round_lengths(spec: StudySpec, production: ProductionLength) -> list[tuple[int, int]]:
+    """(round number, trial length) of each round whose length is known now."""
+    from tuner.playbook.later_rounds import round_length
+    from tuner.playbook.phases import round_steps
+
+    lengths: list[tuple[int, int]] = []
+    for number in spec.rounds.numbers:
+        round_spec = spec.rounds.get(number)
+        assert round_spec is not None
+        try:
+            steps = (
+                round_steps(spec, round_spec, number, production.steps)
+                if not lengths
+                else round_length(spec, number, lengths[-1][1], production)
+            )
+        except TunerError:
+            break
+        lengths.append((number, steps))
+    return lengths

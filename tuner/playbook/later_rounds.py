@@ -31,7 +31,7 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     """Round ``number``'s trial length: ``steps`` / ``length_fraction`` if given; else the last
     round whose length is open runs at the production length and the open ones before it grow
     geometrically towards it (the playbook's "more rounds with exponentially increasing lengths")."""
-    from tuner.playbook.trial_lengths import round_steps
+    from tuner.playbook.trial_lengths import on_eval_grid, round_steps
 
     round_spec = spec.rounds.get(number)
     assert round_spec is not None
@@ -54,7 +54,9 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     if len(open_rounds) <= 1 or previous_steps >= production.steps:
         return production.steps
     ratio = (production.steps / previous_steps) ** (1 / len(open_rounds))
-    return min(production.steps, max(previous_steps + 1, math.ceil(previous_steps * ratio)))
+    grown = min(production.steps, max(previous_steps + 1, math.ceil(previous_steps * ratio)))
+    snapped = on_eval_grid(grown, spec.training.eval_every, production.steps)
+    return snapped if snapped > previous_steps else grown  # a round never shorter than the last
 
 
 def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,34 @@ def round_steps(
             "(tuner sweep-lr finds it) so the trial length can be a fraction of it"
         )
     fraction = round_spec.length_fraction if round_spec.length_fraction is not None else 1.0
-    return max(1, math.ceil(production * fraction))
+    return on_eval_grid(max(1, math.ceil(production * fraction)), spec.training.eval_every, production)
+
+
+def on_eval_grid(steps: int, eval_every: int, limit: int) -> int:
+    """``steps`` moved to the nearest multiple of ``eval_every`` (up on a tie), never past
+    ``limit`` (the production length) nor below one ``eval_every``.
+
+    The engine evaluates every ``eval_every`` steps and once more after the last step. A round of
+    190 steps with ``eval_every`` 50 was scored at step 190, an eval no other round repeats (round
+    2's run of 950 steps evaluates 150 and 200): round 1's top points could look tied there, and
+    its ranking did not carry to what round 2 measures. A length the user gives in ``steps`` is
+    kept as given (``tuner validate`` says when a length is off the grid), and so is one shorter
+    than ``eval_every`` whose next multiple is the full length: round 1 must stay short.
+    """
+    if eval_every <= 0 or steps % eval_every == 0 or limit < eval_every or steps >= limit:
+        return steps  # the production length itself is the user's (or sweep-lr's) to set
+    lower = steps // eval_every * eval_every
+    upper = lower + eval_every
+    if lower == 0:  # shorter than one eval_every: at one eval_every it could be the full length
+        return upper if upper < limit else steps
+    if upper > limit:
+        return lower
+    return upper if upper - steps <= steps - lower else lower
+
+
+def off_eval_grid(steps: int, eval_every: int) -> bool:
+    """A run of ``steps`` ends with an eval that is not on the ``eval_every`` grid."""
+    return eval_every > 0 and steps % eval_every != 0
 
 
 def check_schedule_fits(loaded: LoadedStudy) -> None:
