@@ -77,10 +77,11 @@ def test_round2_trains_exactly_round1s_top_k_never_a_diverged_trial(tmp_path: Pa
     assert started.settings.max_trials == 8 == len(stored.slots)  # 2 points x 2 multipliers x 2 seeds
     assert [s.attrs["source_trial"] for s in stored.slots] == [1] * 4 + [2] * 4
     assert [s.attrs["source_value"] for s in stored.slots[::4]] == [0.10, 0.20]
-    assert [s.attrs["seed_index"] for s in stored.slots[:4]] == [0, 1, 0, 1]
+    # new seeds: round 1 trained every point on seed index 0, round 2 on 1 and 2 (never a replay)
+    assert [s.attrs["seed_index"] for s in stored.slots[:4]] == [1, 2, 1, 2]
     assert [s.attrs["lr_multiplier"] for s in stored.slots[:4]] == [0.5, 0.5, 1.0, 1.0]
     assert [s.values["optimizer.lr"] for s in stored.slots[:4]] == [0.025, 0.025, 0.05, 0.05]
-    assert [s.sets for s in stored.slots[:2]] == [{}, {"seed_index": 1}]
+    assert [s.sets for s in stored.slots[:2]] == [{"seed_index": 1}, {"seed_index": 2}]
     assert stored.trial_steps == 40  # the production length (the file's max_train_steps)
     assert stored.source_phase == "round-1"
 
@@ -187,12 +188,11 @@ def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_pat
     storage = open_storage(sqlite_url(output))
     trials = optuna.load_study(study_name="toy/round-2", storage=storage).trials
     assert sorted((t.user_attrs["source_rank"], t.user_attrs["seed_index"]) for t in trials) == [
-        (1, 0), (1, 1), (2, 0), (2, 1)
+        (1, 1), (1, 2), (2, 1), (2, 2)
     ]  # fmt: skip
     assert {t.state.name for t in trials} == {"COMPLETE"}
-    assert all(
-        "--set seed_index=1" in t.user_attrs["reproduce"] for t in trials if t.user_attrs["seed_index"]
-    )
+    assert all(f"--set seed_index={t.user_attrs['seed_index']}" in t.user_attrs["reproduce"] for t in trials)
+    assert "seeds: training.seed_index 1-2, new to this round" in second.stderr
 
 
 def test_round3_ranks_round2s_points_by_their_mean_over_seeds(tmp_path: Path, output_dir: Path) -> None:
@@ -226,3 +226,34 @@ def test_round3_ranks_round2s_points_by_their_mean_over_seeds(tmp_path: Path, ou
         "trial 2 (0.045, 0.04-0.05 over 2 seeds), trial 4 (0.065, 0.06-0.07 over 2 seeds), "
         "trial 0 (0.165, 0.03-0.3 over 2 seeds)"
     )
+
+
+def test_round2_with_one_seed_trains_a_new_seed_not_a_replay_of_round1(tmp_path: Path) -> None:
+    """It used to replay round 1's run step for step (same init, same data order): with a constant
+    LR at the same length, the same losses; its "ranking held" then proved nothing."""
+    import csv
+
+    path = toy_study(tmp_path, round1={"trials": 2, "steps": 40})
+    output = tmp_path / "runs"
+    common = ("--output-dir", str(output), "--no-progress", "--workers", "1")
+    assert run_tuner("run-round", str(path), "--round", "1", *common).returncode == 0
+    second = run_tuner("run-round", str(path), "--round", "2", "--set", "rounds.round2.top_k=1", *common)
+    assert second.returncode == 0, second.stderr
+    storage = open_storage(sqlite_url(output))
+    (rerun,) = optuna.load_study(study_name="toy/round-2", storage=storage).trials
+    source = next(
+        t
+        for t in optuna.load_study(study_name="toy/round-1", storage=storage).trials
+        if t.user_attrs["slot"] == rerun.user_attrs["source_trial"]
+    )
+    assert (
+        rerun.params == source.params
+        and rerun.user_attrs["max_train_steps"] == 40 == source.user_attrs["max_train_steps"]
+    )
+
+    def losses(trial: Any) -> list[str]:
+        with (Path(trial.user_attrs["run_dir"]) / "metrics.csv").open() as handle:
+            return [row["train/step_loss"] for row in csv.DictReader(handle)]
+
+    assert losses(rerun)[0] != losses(source)[0]  # another init and data order from step 1
+    assert rerun.user_attrs["seed_index"] == 1 and "--set seed_index=1" in rerun.user_attrs["reproduce"]

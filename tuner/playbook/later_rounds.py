@@ -59,6 +59,10 @@ def round_length(spec: StudySpec, number: int, previous_steps: int, production: 
     return snapped if snapped > previous_steps else grown  # a round never shorter than the last
 
 
+def _seed_range(first: int, count: int) -> str:
+    return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
 def _widen(space: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """The stored space, with numeric ranges widened to hold every planned value (an LR
     multiplier may leave the searched range; Optuna refuses a parameter outside its range)."""
@@ -100,18 +104,29 @@ def _source(previous_plan: StoredPlan, point: RankedPoint, steps: int) -> _Sourc
     return _Source(point, sets, trained.optimizer.lr, schedule)
 
 
+def first_seed_index(spec: StudySpec, number: int) -> int:
+    """Round ``number``'s first ``training.seed_index``: one no earlier round trained with.
+
+    Round 1 trains every point on seed index 0. Round 2 used to train its first seed on 0 too:
+    with ``seeds: 1`` it replayed round 1's run step for step (the same weights at the same step,
+    only the schedule's tail differing), so its "the ranking held" proved nothing. Round N's
+    seeds follow those of rounds 2 .. N-1: round 2 with 2 seeds trains indices 1 and 2, a round
+    3 after it starts at 3.
+    """
+    earlier = [spec.rounds.get(n) for n in spec.rounds.numbers if 2 <= n < number]
+    return 1 + sum(r.seeds for r in earlier if r is not None)
+
+
 def _slots(
-    sources: list[_Source], round_spec: RoundSpec, lr_key: str | None, source_phase: str
+    sources: list[_Source], round_spec: RoundSpec, lr_key: str | None, source_phase: str, first_seed: int
 ) -> list[SlotPlan]:
     slots = []
     for rank, source in enumerate(sources, start=1):
         trial = source.point.trial
         for multiplier in round_spec.lr_multipliers:
-            for seed_index in range(round_spec.seeds):
+            for seed_index in range(first_seed, first_seed + round_spec.seeds):
                 values = dict(trial.params)
-                sets: dict[str, Any] = dict(source.sets)
-                if seed_index:
-                    sets["seed_index"] = seed_index
+                sets: dict[str, Any] = {**source.sets, "seed_index": seed_index}
                 if multiplier != 1.0:
                     if lr_key is not None and lr_key in values:
                         values[lr_key] = values[lr_key] * multiplier
@@ -191,7 +206,8 @@ def later_round_plan(
     steps = round_length(spec, number, previous_plan.trial_steps, production)
     points = [_source(previous_plan, point, steps) for point in ranked]
     lr_keys = [key for key in previous_plan.space if key_to_path(key) == LR_PATH]
-    slots = _slots(points, round_spec, lr_keys[0] if lr_keys else None, source)
+    first_seed = first_seed_index(spec, number)
+    slots = _slots(points, round_spec, lr_keys[0] if lr_keys else None, source, first_seed)
     space = dict(previous_plan.space)
     for slot in slots:
         space = _widen(space, slot.values)
@@ -203,6 +219,8 @@ def later_round_plan(
         f"{_count(len(slots), 'trial')} = {_count(round_spec.top_k, 'point')}"
         + (f" x {round_spec.seeds} seeds" if round_spec.seeds > 1 else "")
         + (f" x {len(multipliers)} LR multipliers {multipliers}" if multipliers != [1.0] else ""),
+        f"seeds: training.seed_index {_seed_range(first_seed, round_spec.seeds)}, new to this round "
+        "(round 1 trained on 0): a ranking that holds is not a replay",
         f"length {previous_plan.trial_steps} -> {steps} steps"
         + (
             f" (max_train_steps from {production.source})"
