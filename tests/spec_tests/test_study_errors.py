@@ -18,7 +18,8 @@ from tests.spec_tests._support import BASE_YAML, invoke, mutate, plain, single_e
 
 BUILTIN_LIST = "char-lm, digits-cnn, digits-mlp, imbalanced"
 TOP_LEVEL_FIELDS = (
-    "name, description, seed, workload, objective, training, search_space, sweep_lr, rounds, storage"
+    "name, description, seed, search_seed, workload, objective, training, search_space, sweep_lr, rounds, "
+    "storage"
 )
 
 
@@ -342,7 +343,11 @@ def test_search_space_key_matches_no_field(key: str, target: str) -> None:
     field = f"search_space[{key}]" if "." in key else f"search_space.{key}"
     message = validate_error(mutate("  optimizer.lr:", f"  {key}:"))
     expected = f"study.yaml:16:3: {field}: matches no config field (looked for {target})"
-    suggestion = {"optimizer.lrr": "optimizer.lr", "training.optimizer.lrr": "training.optimizer.lr"}
+    suggestion = {
+        "optimizer.lrr": "optimizer.lr",
+        "training.optimizer.lrr": "training.optimizer.lr",
+        "search_space": "search_seed",  # the nearest field name (difflib), which is refused in turn
+    }
     if key in suggestion:
         expected += f" (did you mean {suggestion[key]!r}?)"
     assert message == expected
@@ -566,3 +571,10 @@ def test_debug_off_values_keep_one_line(value: str) -> None:
     write_study(Path.cwd(), mutate("eval_every: 10", "eval_every: -3"))
     message = single_error(invoke("validate", "study.yaml", env={"TUNER_DEBUG": value}))
     assert message == "study.yaml:11:15: training.eval_every: expected a positive integer, got -3"
+
+
+@pytest.mark.parametrize("key", ["seed", "search_seed", "seed_index"])
+def test_a_seed_is_not_a_hyperparameter_to_search(key: str) -> None:
+    line = validate_error(mutate("  optimizer.lr:", f"  {key}:"))
+    assert line.startswith("study.yaml:16:3: search_space.")
+    assert "is not a hyperparameter to search: a seed that scores better is luck" in line

@@ -218,12 +218,13 @@ def notes(spec: StudySpec, production: ProductionLength) -> list[str]:
 
 
 def _off_grid_notes(spec: StudySpec, production: ProductionLength) -> list[str]:
-    """A round length given in steps whose last eval no other round repeats."""
+    """A round length whose last eval no full-length run repeats (none when even the full length
+    is one eval: there is no grid to be on)."""
     from tuner.playbook.trial_lengths import off_eval_grid, on_eval_grid
 
     every, lines = spec.training.eval_every, []
     for number, steps in _round_lengths(spec, production):
-        if not off_eval_grid(steps, every) or steps == production.steps:
+        if not off_eval_grid(steps, every) or steps == production.steps or (production.steps or 0) < every:
             continue
         given = (round_spec := spec.rounds.get(number)) is not None and round_spec.steps == steps
         what = f"rounds.round{number}.steps {steps}" if given else f"round {number}'s length ({steps} steps)"

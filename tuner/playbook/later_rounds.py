@@ -242,7 +242,7 @@ def later_round_plan(
         schedule_from_file=False,
         sampler="fixed",
         space=space,
-        seed=spec.seed,
+        seed=spec.points_seed,
         slots=slots,
         notes=notes,
         source_phase=source,

@@ -48,6 +48,6 @@ def round1_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan
         overrides=overrides,
         sampler=round_spec.sampler,
         space=spec.model_dump(mode="json")["search_space"],
-        seed=spec.seed,
+        seed=spec.points_seed,
         notes=notes,
     )

@@ -93,7 +93,7 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
         overrides=overrides,
         sampler="fixed",
         space=_space(grid),
-        seed=spec.seed,
+        seed=spec.points_seed,
         slots=_slots(grid, sweep.seeds),
         fit=FitTarget(
             metric=sweep.fit_metric,

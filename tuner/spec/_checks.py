@@ -33,6 +33,13 @@ def check_search_space(loaded: Any) -> None:
                 "(tuner sweep-lr finds it, rounds.<round>.steps / length_fraction set each round's)",
                 at_key=True,
             )
+        if target in (("seed",), ("search_seed",), ("training", "seed_index")):
+            raise loaded.error(
+                here,
+                f"{format_path(target)} is not a hyperparameter to search: a seed that scores better is "
+                "luck, not a better configuration; rounds.<round>.seeds trains each point on several seeds",
+                at_key=True,
+            )
         if target[0] == "workload":
             continue
         if not has_path(effective, target) or target[0] in ("search_space", "name", "workload"):

@@ -294,7 +294,10 @@ class RoundsSpec(_Model):
 class StudySpec(_Model):
     name: str = Field(pattern=STUDY_NAME_PATTERN, max_length=STUDY_NAME_MAX)
     description: str = ""
-    seed: NonNegativeInt = 0
+    seed: NonNegativeInt = 0  # the workload's data split (and the search's, unless search_seed)
+    # the search: round 1's quasi-random points and every trial's model init and data order. None:
+    # ``seed`` (runs of one study file repeat); another value is a fresh search on the same split
+    search_seed: NonNegativeInt | None = None
     workload: WorkloadSpec
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
@@ -302,6 +305,11 @@ class StudySpec(_Model):
     sweep_lr: SweepLrSpec = Field(default_factory=SweepLrSpec)
     rounds: RoundsSpec = Field(default_factory=RoundsSpec)
     storage: str | None = None
+
+    @property
+    def points_seed(self) -> int:
+        """The seed of the search (``search_seed``, else ``seed``): sampler points, init, data order."""
+        return self.search_seed if self.search_seed is not None else self.seed
 
     def model_dump_for_files(self) -> dict[str, Any]:
         """The study as saved in run folders (``config.yaml``) and hashed for resuming.

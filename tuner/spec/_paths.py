@@ -18,6 +18,7 @@ _TOP_LEVEL = (
     "name",
     "description",
     "seed",
+    "search_seed",
     "objective",
     "training",
     "search_space",

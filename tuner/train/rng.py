@@ -39,13 +39,12 @@ def trial_seeds(spec: StudySpec) -> TrialSeeds:
 
     Only these two move with k (round 2 reruns a configuration on other seeds); the validation
     split, the train-eval sample and the prediction sample come from ``spec.seed`` alone, so
-    every seed is scored on exactly the same examples.
+    every seed (and every ``search_seed``) is scored on exactly the same examples.
     """
     k = spec.training.seed_index
     extra = (k,) if k else ()  # k = 0 keeps the seeds every run had before seed_index existed
-    return TrialSeeds(
-        init=derive_seed(spec.seed, "init", *extra), data=derive_seed(spec.seed, "data", *extra)
-    )
+    base = spec.points_seed  # ``search_seed``, else ``seed``: a fresh search keeps the data split
+    return TrialSeeds(init=derive_seed(base, "init", *extra), data=derive_seed(base, "data", *extra))
 
 
 def seed_torch(seed: int) -> None:
