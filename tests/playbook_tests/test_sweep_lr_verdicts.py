@@ -49,6 +49,7 @@ def trial(lr: float, outcome: SweepOutcome, fit_step: int | None = None, seed: i
         best_fit_value=value,
         number=kw.pop("number", None),
         failure_reason=kw.pop("reason", None),
+        best_step=kw.pop("best_step", None),
     )
 
 
@@ -393,6 +394,7 @@ def test_to_json_keys_are_stable_and_strict_json():
         "outcome_text",
         "final_train_loss",
         "best_fit_value",
+        "median_best_step",
     }
     assert data["rows"][0]["outcome"] == "diverged" and data["rows"][0]["final_train_loss"] is None
     assert data["recommended_max_train_steps"] == 500 and data["fastest_lr"] == 0.001

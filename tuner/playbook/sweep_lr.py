@@ -28,6 +28,12 @@ Rules, and why:
   "nothing fits" is only said once every trial has finished.
 - **Every LR diverged** (none fit, none merely ran out of steps): the advice is to go lower
   (``--extend`` adds two points below the grid), never to train longer.
+- **Validation best long before the fit**: when the fastest LR's objective (validation) was best
+  at or before ``BEST_BEFORE_FIT`` (half) of its fit step (median over its seeds), the rest of the
+  way to fitting the training set did not generalise: with noisy labels, fitting them is
+  memorising noise. The recommendation stays the fit step (the playbook's rule); the verdict
+  says so in one line, with the length that follows if the labels are noisy (2 x the best step,
+  on the eval grid) and why; the report's best-step verdict checks it again after round 1.
 
 ``SweepResult.to_json()`` schema (keys are stable; floats that are NaN/inf become ``null``)::
 
@@ -43,7 +49,8 @@ Rules, and why:
                                       #   running, pending
          "outcome_text": str,         # e.g. "fit", "fit 1 of 2 seeds, 1 diverged"
          "final_train_loss": float|null,  # median over seeds that report one
-         "best_fit_value": float|null}    # best over seeds (in the fit metric's direction)
+         "best_fit_value": float|null,    # best over seeds (in the fit metric's direction)
+         "median_best_step": float|null}  # where the objective was best, median over seeds
       ],
       "recommended_max_train_steps": int|null,
       "fastest_lr": float|null,
@@ -53,6 +60,8 @@ Rules, and why:
         {"kind": "fastest_at_edge", "edge": "low"|"high", "lr", "new_points",
          "extended_grid", "text", "advice"},
         {"kind": "fit_at_first_eval", "lr", "fit_step", "eval_every", "text", "advice"},
+        {"kind": "best_long_before_fit", "lr", "best_step", "fit_step", "noisy_labels_steps",
+         "text", "advice"},
         {"kind": "nothing_fits", "max_steps", "best_lr", "best_value", "partly_fit_lrs",
          "text", "advice"},
         {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
@@ -79,6 +88,7 @@ from tuner.playbook.sweep_grid import (
 )
 from tuner.playbook.sweep_result import (
     AllDiverged,
+    BestLongBeforeFit,
     Diverged,
     FastestAtEdge,
     FitAtFirstEval,
@@ -103,6 +113,8 @@ from tuner.playbook.sweep_rows import (
 from tuner.playbook.sweep_table import TABLE_WIDTH, render_lines
 from tuner.playbook.verdicts import Verdict
 
+BEST_BEFORE_FIT = 0.5  # the objective's best step at or before half the fit step: said
+
 #: The analysis lives here; its parts (grid, rows, verdicts, table) in the modules above, whose
 #: names stay importable from here.
 __all__ = [
@@ -110,6 +122,7 @@ __all__ = [
     "LR_PARAM",
     "TABLE_WIDTH",
     "AllDiverged",
+    "BestLongBeforeFit",
     "Diverged",
     "FastestAtEdge",
     "FitAtFirstEval",
@@ -150,6 +163,7 @@ def analyze_sweep(
     seeds: int = 1,
     direction: Literal["maximize", "minimize"] | None = None,
     study_ref: str = "STUDY",
+    objective: str = "the objective",
 ) -> SweepResult:
     """The table, the recommended ``max_train_steps`` and the verdicts (rules: module docstring).
 
@@ -235,6 +249,24 @@ def analyze_sweep(
                         advice=f"run lr {lrs_text(new_points)} too: tuner sweep-lr {study_ref} --extend",
                     )
                 )
+        best_step = fastest.median_best_step
+        if best_step is not None and best_step <= BEST_BEFORE_FIT * fit_step:
+            noisy = max(eval_every, math.ceil(2 * best_step / eval_every) * eval_every)
+            verdicts.append(
+                BestLongBeforeFit(
+                    lr=fastest.lr,
+                    best_step=best_step,
+                    fit_step=fit_step,
+                    noisy_labels_steps=noisy,
+                    text=f"{objective} was best at step {steps_text(best_step)} with lr "
+                    f"{format_lr(fastest.lr)}, long before the training set was fit (step {fit_step}): "
+                    "what it learned after that did not generalise, as when labels are noisy and fitting "
+                    "them is memorising them",
+                    advice=f"max_train_steps stays {recommended} (the playbook's rule: the fewest steps to "
+                    f"fit); if your labels are noisy, {noisy} steps (2 x that best step) is the length that "
+                    f"follows: --set max_train_steps={noisy}; round 1's report checks it again",
+                )
+            )
         if fit_step <= eval_every:
             verdicts.append(
                 FitAtFirstEval(

@@ -143,6 +143,7 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
         seeds=seeds,
         direction=stored.fit.direction,
         study_ref=study_ref,
+        objective=str(stored.config.get("objective", {}).get("metric", "the objective")),
     )
 
 

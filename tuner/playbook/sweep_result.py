@@ -44,6 +44,17 @@ class FitAtFirstEval(Verdict):
 
 
 @dataclass(frozen=True)
+class BestLongBeforeFit(Verdict):
+    """The objective was best long before the training set was fit (memorised noise?)."""
+
+    kind: ClassVar[str] = "best_long_before_fit"
+    lr: float
+    best_step: float  # median over the fastest LR's seeds
+    fit_step: int
+    noisy_labels_steps: int  # the length that follows if fitting the rest is memorising noise
+
+
+@dataclass(frozen=True)
 class NothingFits(Verdict):
     kind: ClassVar[str] = "nothing_fits"
     max_steps: int
@@ -124,6 +135,7 @@ class SweepResult:
                     "outcome_text": row.outcome_text,
                     "final_train_loss": _jsonable(row.final_train_loss),
                     "best_fit_value": _jsonable(row.best_fit_value),
+                    "median_best_step": row.median_best_step,
                 }
             )
         return {

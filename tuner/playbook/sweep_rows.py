@@ -49,6 +49,7 @@ class SweepTrial:
     best_fit_value: float | None
     number: int | None = None  # the trial's slot, for messages
     failure_reason: str | None = None  # on FAILED / DIVERGED: the worker's failure_reason
+    best_step: int | None = None  # where the objective (validation) was best, on a finished trial
 
 
 def _attr_int(value: Any) -> int | None:
@@ -104,6 +105,7 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
         best_fit_value=_attr_float(attrs.get("best_fit_value")),
         number=int(slot) if slot is not None else trial.number,
         failure_reason=str(reason) if reason is not None and outcome is not SweepOutcome.FIT else None,
+        best_step=_attr_int(attrs.get("best_step")) if outcome.finished else None,
     )
 
 
@@ -138,6 +140,7 @@ class SweepRow:
     final_train_loss: float | None
     best_fit_value: float | None
     failure_reasons: tuple[str, ...] = ()
+    median_best_step: float | None = None  # the objective's best step, median over finished seeds
 
     def count(self, outcome: SweepOutcome) -> int:
         return sum(1 for seed in self.seed_outcomes if seed is outcome)
@@ -236,6 +239,7 @@ def build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: Fit
         if t.final_train_loss is not None and math.isfinite(t.final_train_loss)
     ]
     all_fit = counts[SweepOutcome.FIT] == n and len(fit_steps) == n
+    best_steps = [t.best_step for t in chosen if t.best_step is not None]
     return SweepRow(
         lr=lr,
         seeds=n,
@@ -249,6 +253,7 @@ def build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: Fit
         final_train_loss=float(statistics.median(losses)) if losses else None,
         best_fit_value=better.best(t.best_fit_value for t in chosen),
         failure_reasons=reasons,
+        median_best_step=float(statistics.median(best_steps)) if best_steps else None,
     )
 
 

@@ -25,10 +25,14 @@ def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max
     """The table (at most 100 columns), then each verdict (wrapped), its advice after "->".
 
     With several seeds, "steps to fit" is the slowest seed's (what the recommendation uses) and
-    a column shows the median [min..max]. A long fit-metric name shortens its header to "best
-    value"; then "final train loss" to "train loss"; a long outcome wraps onto a continuation line.
+    a column shows the median [min..max]. "val best at" is the step where the objective (the
+    validation metric) was best, median over the seeds: far before the fit step, the rest of the
+    way fit what does not generalise (``BestLongBeforeFit``); shown once a trial has one. A long
+    fit-metric name shortens its header to "best value"; then "final train loss" to "train loss";
+    a long outcome wraps onto a continuation line.
     """
     multi = any(row.seeds > 1 for row in result.rows)
+    best_at_shown = any(row.median_best_step is not None for row in result.rows)
     table: list[list[str]] = []
     for row in result.rows:
         if row.slowest_fit_step is not None:
@@ -43,6 +47,8 @@ def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max
             if row.spread is not None:
                 median += f" [{row.spread[0]}..{row.spread[1]}]"
             cells.append(median)
+        if best_at_shown:
+            cells.append("-" if row.median_best_step is None else steps_text(row.median_best_step))
         cells += [_num(row.final_train_loss), _num(row.best_fit_value), row.outcome_text]
         table.append(cells)
     best = f"best {fit_metric}"
@@ -53,6 +59,7 @@ def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max
     ):
         headers = ["lr", "steps to fit (slowest)" if multi else "steps to fit"]
         headers += ["median [min..max]"] if multi else []
+        headers += ["val best at"] if best_at_shown else []
         headers += [loss_header, best_header, "outcome"]
         widths = [max([len(headers[i])] + [len(cells[i]) for cells in table]) for i in range(len(headers))]
         room = TABLE_WIDTH - sum(widths[:-1]) - _GAP_WIDTH * (len(widths) - 1)
