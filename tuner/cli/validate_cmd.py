@@ -73,8 +73,6 @@ def summary_lines(spec: StudySpec, production: ProductionLength | None = None) -
 def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
     """What sweep-lr and each round would run, with the lengths as they would be chosen."""
     from tuner.orchestrate.phase import PhaseSettings
-    from tuner.playbook.later_rounds import round_length
-    from tuner.playbook.phases import round_steps
     from tuner.playbook.sweep_lr import default_grid, format_lr
     from tuner.playbook.sweep_phase import sweep_overrides
     from tuner.train.objective import metric_direction
@@ -91,20 +89,10 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
         f"fit = {sweep.fit_metric} {compare} {sweep.fit_threshold:g}; "
         f"off: {switched or 'nothing'}, augmentation"
     ]
-    previous: int | None = None
-    for number in spec.rounds.numbers:
+    for number, steps in _round_lengths(spec, production):
         round_spec = spec.rounds.get(number)
         assert round_spec is not None
-        try:
-            steps = (
-                round_steps(spec, round_spec, number, production.steps)
-                if number == 1 or previous is None
-                else round_length(spec, number, previous, production)
-            )
-            length = f"of {steps} steps"
-        except TunerError:
-            steps, length = None, "(length unknown until max_train_steps is known)"
-        previous = steps
+        length = f"of {steps} steps" if steps else "(length unknown until max_train_steps is known)"
         budgets = []
         if round_spec.timeout_h:
             budgets.append(f"stop starting trials after {round_spec.timeout_h:g} h")
@@ -224,7 +212,12 @@ def _off_grid_notes(spec: StudySpec, production: ProductionLength) -> list[str]:
 
     every, lines = spec.training.eval_every, []
     for number, steps in _round_lengths(spec, production):
-        if not off_eval_grid(steps, every) or steps == production.steps or (production.steps or 0) < every:
+        if (
+            not steps
+            or not off_eval_grid(steps, every)
+            or steps == production.steps
+            or (production.steps or 0) < every
+        ):
             continue
         given = (round_spec := spec.rounds.get(number)) is not None and round_spec.steps == steps
         what = f"rounds.round{number}.steps {steps}" if given else f"round {number}'s length ({steps} steps)"
@@ -240,22 +233,23 @@ def _off_grid_notes(spec: StudySpec, production: ProductionLength) -> list[str]:
     return lines
 
 
-def _round_lengths(spec: StudySpec, production: ProductionLength) -> list[tuple[int, int]]:
-    """(round number, trial length) of each round whose length is known now."""
+def _round_lengths(spec: StudySpec, production: ProductionLength) -> list[tuple[int, int | None]]:
+    """(round number, trial length, None until ``max_train_steps`` is known) of every round."""
     from tuner.playbook.later_rounds import round_length
     from tuner.playbook.phases import round_steps
 
-    lengths: list[tuple[int, int]] = []
+    lengths: list[tuple[int, int | None]] = []
+    previous: int | None = None
     for number in spec.rounds.numbers:
         round_spec = spec.rounds.get(number)
         assert round_spec is not None
         try:
-            steps = (
+            previous = (
                 round_steps(spec, round_spec, number, production.steps)
-                if not lengths
-                else round_length(spec, number, lengths[-1][1], production)
+                if previous is None
+                else round_length(spec, number, previous, production)
             )
         except TunerError:
-            break
-        lengths.append((number, steps))
+            previous = None
+        lengths.append((number, previous))
     return lengths
