@@ -35,7 +35,7 @@ baselines 16 trials of the guessed 1,000. ``char_lm`` (sweep ~950 steps, fits at
 ``longer_cnn`` (sweep ~1,350, fits at 150) get 6 trials of their guess (2,400 and 3,600 steps):
 their round 1 then has 30-60 trials of 30 steps, each a process of its own (~3 CPU s to start
 here), so that the full run (4 workloads x 4 contenders x 5 seeds) fits about 75 minutes on 2
-cores. ``--quick``: the same code on tiny studies, one seed (a smoke test).
+cores. ``--quick``: the same code on tiny studies, one seed, 1 worker (a smoke test).
 
 ``python -m benchmarks.outcome [--quick] [--workloads a,b] [--seeds N] [--output-dir DIR]``
 """
@@ -53,7 +53,7 @@ from typing import Any
 import yaml
 
 from benchmarks._common import REPO_ROOT, Result, report
-from benchmarks.outcome_contenders import Delivered, PlainSearch, better, run_plain, run_tuner
+from benchmarks.outcome_contenders import WORKERS, Delivered, PlainSearch, better, run_plain, run_tuner
 
 NAME = "outcome"
 STUDIES = REPO_ROOT / "benchmarks" / "outcome_studies"
@@ -125,10 +125,11 @@ def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -
     budget = QUICK_BUDGET if quick else BUDGETS[workload]
     folder = root / workload / f"seed-{seed}" / contender
     folder.mkdir(parents=True, exist_ok=False)
+    workers = 1 if quick else WORKERS  # --quick: fewer process starts (~3 CPU s each here)
     if contender == "tuner":
-        delivered = run_tuner(document, folder, budget)
+        delivered = run_tuner(document, folder, budget, workers)
     else:
-        delivered = run_plain(PLAIN[contender], document, folder, budget, seed)
+        delivered = run_plain(PLAIN[contender], document, folder, budget, seed, workers)
     return RunRecord(
         workload, contender, seed, budget, test_metric(delivered), delivered.steps, delivered.trials,
         delivered.cpu_s, delivered.wall_s, str(delivered.checkpoint), delivered.notes,

@@ -19,6 +19,7 @@ import yaml
 
 from benchmarks._common import REPO_ROOT, stopwatch
 
+#: tuner's workers, and the plain script's processes (``--quick``: 1, fewer process starts)
 WORKERS = 2
 #: every process trains on one thread: two workers on two cores, no oversubscription
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -56,9 +57,9 @@ def status_steps(folders: list[Path]) -> int:
     return sum(int(json.loads((f / "status.json").read_text()).get("step") or 0) for f in folders)
 
 
-def _cli(*args: str) -> str:
+def _cli(*args: str, workers: int) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tuner", *args, "--workers", str(WORKERS), "--no-progress"],
+        [sys.executable, "-m", "tuner", *args, "--workers", str(workers), "--no-progress"],
         capture_output=True, text=True, cwd=REPO_ROOT, env=ENV, check=False,
     )  # fmt: skip
     if done.returncode != 0:
@@ -76,7 +77,7 @@ def round1_trials(budget: int, sweep_steps: int, max_train_steps: int, document:
     return max(rounds["round2"]["top_k"], (budget - sweep_steps - round2) // length)
 
 
-def run_tuner(document: dict[str, Any], folder: Path, budget: int) -> Delivered:
+def run_tuner(document: dict[str, Any], folder: Path, budget: int, workers: int = WORKERS) -> Delivered:
     """sweep-lr, round 1 with the hand-worked ``--trials``, round 2: the README's procedure.
 
     The study file leaves ``max_train_steps`` to sweep-lr. When no LR fits the training set, the
@@ -88,15 +89,15 @@ def run_tuner(document: dict[str, Any], folder: Path, budget: int) -> Delivered:
     output = folder / "runs"
     out = ["--output-dir", str(output)]
     cpu, elapsed = children_cpu_s(), stopwatch()
-    sweep = json.loads(_cli("sweep-lr", str(study), *out, "--json"))
+    sweep = json.loads(_cli("sweep-lr", str(study), *out, "--json", workers=workers))
     phase_root = output / document["name"]
     sweep_steps = status_steps(sorted((phase_root / "sweep-lr").glob("trial-*")))
     found = sweep.get("recommended_max_train_steps")
     fallback = [] if found else ["--set", f"max_train_steps={guess}"]
     max_train_steps = int(found or guess)
     trials = round1_trials(budget, sweep_steps, max_train_steps, document)
-    _cli("run-round", str(study), "--round", "1", "--trials", str(trials), *fallback, *out)
-    _cli("run-round", str(study), "--round", "2", *fallback, *out)
+    _cli("run-round", str(study), "--round", "1", "--trials", str(trials), *fallback, *out, workers=workers)
+    _cli("run-round", str(study), "--round", "2", *fallback, *out, workers=workers)
     wall, cpu = elapsed(), children_cpu_s() - cpu
     folders = sorted(phase_root.glob("*/trial-*"))
     run_dir, best_step = _round2_choice(phase_root, document["objective"]["direction"])
@@ -146,9 +147,14 @@ class PlainSearch:
 
 
 def run_plain(
-    search: PlainSearch, document: dict[str, Any], folder: Path, budget: int, seed: int
+    search: PlainSearch,
+    document: dict[str, Any],
+    folder: Path,
+    budget: int,
+    seed: int,
+    workers: int = WORKERS,
 ) -> Delivered:
-    """As many trials of the guessed length as the budget holds, two processes sharing a study.
+    """As many trials of the guessed length as the budget holds, ``workers`` processes sharing a study.
 
     Delivers, by ``score``: the best trial by last eval and its final weights (``latest.pt``), or
     the best trial by best eval and its best-step checkpoint.
@@ -161,7 +167,7 @@ def run_plain(
     direction = document["objective"]["direction"]
     optuna.create_study(study_name="plain", storage=url, direction=direction)
     trials = max(1, budget // int(document["training"]["max_train_steps"]))
-    per_process = [trials // WORKERS + (index < trials % WORKERS) for index in range(WORKERS)]
+    per_process = [trials // workers + (index < trials % workers) for index in range(workers)]
     cpu, elapsed = children_cpu_s(), stopwatch()
     processes = [
         subprocess.Popen(
