@@ -82,13 +82,14 @@ def study_document(workload: str, seed: int, quick: bool) -> dict[str, Any]:
     return document
 
 
-def test_metric(delivered: Delivered) -> float:
-    """The delivered weights scored on the test split by the engine's Evaluator."""
+def delivered_metric(delivered: Delivered, split: str = "test") -> float:
+    """The delivered weights scored on the test split by the engine's Evaluator (``split="tune"``:
+    on the validation split, where it must give what training recorded)."""
     from tuner.spec import load_study
     from tuner.train import Evaluator, build_workload, load_checkpoint
     from tuner.train.run_parts import cross_entropy_per_item
 
-    loaded = load_study(delivered.run_dir / "config.yaml", ["workload.split=test"])
+    loaded = load_study(delivered.run_dir / "config.yaml", [f"workload.split={split}"])
     spec = loaded.spec
     workload = build_workload(spec, loaded.base_dir, init_seed=0)
     workload.model.load_state_dict(load_checkpoint(delivered.checkpoint)["model"])
@@ -131,7 +132,7 @@ def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -
     else:
         delivered = run_plain(PLAIN[contender], document, folder, budget, seed, workers)
     return RunRecord(
-        workload, contender, seed, budget, test_metric(delivered), delivered.steps, delivered.trials,
+        workload, contender, seed, budget, delivered_metric(delivered), delivered.steps, delivered.trials,
         delivered.cpu_s, delivered.wall_s, str(delivered.checkpoint), delivered.notes,
     )  # fmt: skip
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from benchmarks import outcome_workloads as workloads
-from benchmarks.outcome import CONTENDERS
+from benchmarks.outcome import CONTENDERS, delivered_metric
+from benchmarks.outcome_contenders import Delivered
 from tuner.workloads import WorkloadContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +63,16 @@ def test_quick_mode_runs_every_contender_on_every_workload(tmp_path: Path) -> No
     for run in runs:
         assert 0 < run["steps"] <= run["budget"], run
         assert math.isfinite(run["test_metric"]), run
+        # the same scoring on the validation split gives what training recorded for that checkpoint
+        checkpoint = Path(run["checkpoint"])
+        status = json.loads((checkpoint.parents[1] / "status.json").read_text())
+        recorded = (
+            status["last_eval"][status["objective"]]
+            if run["contender"] == "tpe-last"
+            else status["best_value"]
+        )
+        delivered = Delivered(checkpoint, checkpoint.parents[1], 0, 0, 0.0, 0.0)
+        assert delivered_metric(delivered, split="tune") == pytest.approx(recorded, abs=1e-9), run
     for name in NAMES:  # the markdown table has a row for every contender
         table = done.stdout[done.stdout.index(f"**{name}**") :]
         for contender in CONTENDERS:
