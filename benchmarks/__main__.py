@@ -16,6 +16,7 @@ from benchmarks import (
     loop_overhead,
     multi_process,
     orchestration,
+    outcome,
     procedure,
     report,
     storage_cost,
@@ -33,6 +34,7 @@ BENCHMARKS = (
     procedure,
     ghost_batch_norm,
     multi_process,
+    outcome,  # last: about 75 minutes
 )
 
 

@@ -44,6 +44,7 @@ def _kill_what_the_test_started() -> Iterator[None]:
 # short files instead of running alone at the end (xdist's own reorder puts files with few
 # tests, usually these, last). A file not listed keeps its place after them.
 SLOWEST_FILES = (
+    "benchmarks_tests/test_outcome.py",  # --quick: ~190 CPU s of process starts and training
     "orchestrate_tests/test_round1.py",
     "orchestrate_tests/test_scale.py",
     "orchestrate_tests/test_chaos.py",

@@ -1,0 +1,298 @@
+"""Does tuner's procedure deliver a better model than plain search, for the same compute?
+
+Four workloads of our own (``benchmarks/outcome_workloads.py``, studies in
+``benchmarks/outcome_studies/``), each with a test split that no contender sees. On each, every
+contender spends at most :data:`BUDGETS` training steps (every phase counted) on the same search
+space, with the same training engine, on 2 CPU workers of one thread each:
+
+- ``tuner``: the README's procedure, through the CLI: ``tuner sweep-lr`` (which sets
+  ``max_train_steps``: the template's is removed), ``tuner run-round --round 1 --trials N``,
+  ``tuner run-round --round 2``, ``--workers 2``. N is worked out by hand, as a user would:
+  ``N = (budget - steps the sweep used - top_k x seeds x max_train_steps) // ceil(length_fraction
+  x max_train_steps)`` (round 2's cost taken off first; at least top_k). When no LR of the sweep
+  fits, the user falls back to the template's guessed ``max_train_steps`` (``--set``).
+  Delivered: round 2's point with the best mean objective over its seeds; that point's best seed
+  run, at its best step (its best-step checkpoint).
+- ``tpe-last``: an Optuna TPE script, every trial at the template's ``max_train_steps`` (the
+  user's guess, stated in each study file), Optuna told the last eval, ``budget // guess``
+  trials. Delivered: the best trial by last eval, its final weights.
+- ``tpe-best``: the same script told the best eval (a user who keeps best-step checkpoints
+  also guides TPE by them). Delivered: the best trial by best eval, at its best step.
+- ``random``: the same with Optuna's RandomSampler, scored by best eval.
+
+Every delivered model is loaded from its checkpoint (``weights_only``) into the workload built
+with ``split=test`` and scored by the engine's ``Evaluator``, so the test metric is computed
+exactly as the validation metric in training. Each contender runs with seeds 1..5 (the study
+``seed``, and the samplers' seeds); the data split never changes. The table gives each
+contender's mean test metric with its 95% t-interval over runs, mean steps used, mean CPU seconds
+(user + system of every child process), and tuner minus the best baseline (the baseline with the
+best mean), paired by seed, with its 95% interval.
+
+The budgets (fixed before any change to the procedure; measured on sweeps of seed 0): on the
+digits MLPs a sweep costs about 5,700-5,900 steps (4 LRs; one fits at 1,200-1,425 steps) and
+round 2 at top_k 3 about 3,600-4,300: 16,000 steps leave round 1 about 20 trials and give the
+baselines 16 trials of the guessed 1,000. ``char_lm`` (sweep ~950 steps, fits at 150) and
+``longer_cnn`` (sweep ~1,350, fits at 150) get 6 trials of their guess (2,400 and 3,600 steps):
+their round 1 then has 30-60 trials of 30 steps, each a process of its own (~3 CPU s to start
+here), so that the full run (4 workloads x 4 contenders x 5 seeds) fits about 75 minutes on 2
+cores. ``--quick``: the same code on tiny studies, one seed, 1 worker (a smoke test).
+
+``python -m benchmarks.outcome [--quick] [--workloads a,b] [--seeds N] [--output-dir DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks._common import REPO_ROOT, Result, report
+from benchmarks.outcome_contenders import WORKERS, Delivered, PlainSearch, better, run_plain, run_tuner
+
+NAME = "outcome"
+STUDIES = REPO_ROOT / "benchmarks" / "outcome_studies"
+WORKLOADS_FILE = REPO_ROOT / "benchmarks" / "outcome_workloads.py"
+#: Training steps each contender may spend on one run of a workload, all phases counted.
+BUDGETS = {"noisy_digits": 16_000, "imbalanced": 16_000, "char_lm": 2_400, "longer_cnn": 3_600}
+QUICK_BUDGET = 200
+CONTENDERS = ("tuner", "tpe-last", "tpe-best", "random")
+PLAIN = {
+    "tpe-last": PlainSearch("tpe", "last"),
+    "tpe-best": PlainSearch("tpe", "best"),
+    "random": PlainSearch("random", "best"),
+}
+
+
+def study_document(workload: str, seed: int, quick: bool) -> dict[str, Any]:
+    """The workload's study template for one run: its seed, the workload file by absolute path."""
+    document = yaml.safe_load((STUDIES / f"{workload}.yaml").read_text())
+    document["seed"] = seed
+    document["name"] = f"{document['name']}-s{seed}"
+    document["workload"]["name"] = f"{WORKLOADS_FILE}:{workload}"
+    if quick:  # tiny lengths, 3 LRs, round 2 of one point: the same commands in seconds
+        document["training"].update(max_train_steps=40, eval_every=10, log_every=10)
+        document["sweep_lr"].update(grid=document["sweep_lr"]["grid"][:3], max_steps=40)
+        document["rounds"] = {"round1": {"length_fraction": 0.5}, "round2": {"top_k": 1, "seeds": 1}}
+    return document
+
+
+def delivered_metric(delivered: Delivered, split: str = "test") -> float:
+    """The delivered weights scored on the test split by the engine's Evaluator (``split="tune"``:
+    on the validation split, where it must give what training recorded)."""
+    from tuner.spec import load_study
+    from tuner.train import Evaluator, build_workload, load_checkpoint
+    from tuner.train.run_parts import cross_entropy_per_item
+
+    loaded = load_study(delivered.run_dir / "config.yaml", [f"workload.split={split}"])
+    spec = loaded.spec
+    workload = build_workload(spec, loaded.base_dir, init_seed=0)
+    workload.model.load_state_dict(load_checkpoint(delivered.checkpoint)["model"])
+    evaluator = Evaluator(
+        {"test": workload.eval_data},
+        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        metrics=workload.metrics,
+        num_classes=workload.num_classes,
+        batch_size=spec.training.resolved_eval_batch_size,
+    )
+    metrics, _ = evaluator.run(workload.model)
+    return metrics["test/" + spec.objective.metric.split("/", 1)[1]]
+
+
+@dataclass
+class RunRecord:
+    """One contender's run on one workload and seed."""
+
+    workload: str
+    contender: str
+    seed: int
+    budget: int
+    test_metric: float
+    steps: int
+    trials: int
+    cpu_s: float
+    wall_s: float
+    checkpoint: str
+    notes: str
+
+
+def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -> RunRecord:
+    document = study_document(workload, seed, quick)
+    budget = QUICK_BUDGET if quick else BUDGETS[workload]
+    folder = root / workload / f"seed-{seed}" / contender
+    folder.mkdir(parents=True, exist_ok=False)
+    workers = 1 if quick else WORKERS  # --quick: fewer process starts (~3 CPU s each here)
+    if contender == "tuner":
+        delivered = run_tuner(document, folder, budget, workers)
+    else:
+        delivered = run_plain(PLAIN[contender], document, folder, budget, seed, workers)
+    return RunRecord(
+        workload, contender, seed, budget, delivered_metric(delivered), delivered.steps, delivered.trials,
+        delivered.cpu_s, delivered.wall_s, str(delivered.checkpoint), delivered.notes,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        if math.isnan(self.low):
+            return f"{self.mean:.4f}"
+        return f"{self.mean:.4f} [{self.low:.4f}, {self.high:.4f}]"
+
+
+def t_interval(values: list[float]) -> Interval:
+    """Mean and 95% Student-t interval (no interval from one value)."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Interval(mean, math.nan, math.nan)
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return Interval(mean, mean - half, mean + half)
+
+
+def direction_of(workload: str) -> str:
+    return yaml.safe_load((STUDIES / f"{workload}.yaml").read_text())["objective"]["direction"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """tuner against the best baseline (best mean) on one workload, paired by seed."""
+
+    baseline: str
+    difference: Interval  # tuner minus baseline
+    at_least_as_good: bool
+
+
+def verdict(workload: str, records: list[RunRecord]) -> Verdict | None:
+    by = {c: {r.seed: r.test_metric for r in records if r.contender == c} for c in CONTENDERS}
+    if not by["tuner"] or not all(by[c] for c in PLAIN):
+        return None
+    is_better = better(direction_of(workload))
+    baseline = None
+    for name in PLAIN:
+        if baseline is None or is_better(
+            statistics.fmean(by[name].values()), statistics.fmean(by[baseline].values())
+        ):
+            baseline = name
+    assert baseline is not None
+    seeds = sorted(set(by["tuner"]) & set(by[baseline]))
+    difference = t_interval([by["tuner"][s] - by[baseline][s] for s in seeds])
+    tuner_mean, base_mean = statistics.fmean(by["tuner"].values()), statistics.fmean(by[baseline].values())
+    return Verdict(baseline, difference, not is_better(base_mean, tuner_mean))
+
+
+def table(workload: str, records: list[RunRecord]) -> str:
+    """One workload's markdown table, ready for the README."""
+    metric = yaml.safe_load((STUDIES / f"{workload}.yaml").read_text())["objective"]["metric"]
+    test = "test/" + metric.split("/", 1)[1]
+    sense = "lower" if direction_of(workload) == "minimize" else "higher"
+    budget = records[0].budget if records else 0
+    lines = [
+        f"**{workload}**: {test} ({sense} is better), budget {budget} steps per run, "
+        f"{len({r.seed for r in records})} seed(s)",
+        "",
+        f"| contender | mean {test} [95% CI] | runs | mean steps | mean CPU s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for contender in CONTENDERS:
+        own = [r for r in records if r.contender == contender]
+        if own:
+            steps, cpu = statistics.fmean(r.steps for r in own), statistics.fmean(r.cpu_s for r in own)
+            metric_interval = t_interval([r.test_metric for r in own])
+            lines.append(f"| {contender} | {metric_interval} | {len(own)} | {steps:.0f} | {cpu:.0f} |")
+    found = verdict(workload, records)
+    if found:
+        lines += ["", f"tuner minus best baseline ({found.baseline}), paired by seed: {found.difference}"]
+    return "\n".join(lines)
+
+
+def write_json(path: Path, records: list[RunRecord]) -> None:
+    from tuner._atomic import atomic_write_json
+
+    atomic_write_json(path, {"runs": [asdict(r) for r in records]}, durable=False)
+
+
+def run_all(workloads: list[str], seeds: int, quick: bool, root: Path) -> list[RunRecord]:
+    records: list[RunRecord] = []
+    results = root / "results.json"
+    for workload in workloads:
+        for seed in range(1, seeds + 1):
+            for contender in CONTENDERS:
+                record = run_one(workload, contender, seed, quick, root)
+                records.append(record)
+                write_json(results, records)  # after every run: a stopped benchmark keeps its results
+                print(
+                    f"{workload} seed {seed} {contender}: test {record.test_metric:.4f}, "
+                    f"{record.steps} steps, {record.cpu_s:.0f} CPU s, {record.wall_s:.0f} s {record.notes}",
+                    flush=True,
+                )
+    for workload in workloads:
+        print("\n" + table(workload, [r for r in records if r.workload == workload]))
+    print(f"\nraw results: {results}")
+    return records
+
+
+def results(records: list[RunRecord], workloads: list[str]) -> list[Result]:
+    """The issue's target as PASS/FAIL: tuner's mean at least as good as the best baseline's on
+    every workload, and better on average (the mean paired difference, signed as "better")."""
+    out = []
+    gains = []
+    for workload in workloads:
+        found = verdict(workload, [r for r in records if r.workload == workload])
+        if found is None:
+            continue
+        sign = -1 if direction_of(workload) == "minimize" else 1
+        gains.append(sign * found.difference.mean)
+        out.append(
+            Result(NAME, f"{workload}: tuner - {found.baseline} (test)", found.difference.mean, "{:+.4f}",
+                   "tuner at least as good", found.at_least_as_good)
+        )  # fmt: skip
+    if gains:
+        out.append(
+            Result(
+                NAME,
+                "mean gain over workloads",
+                statistics.fmean(gains),
+                "{:+.4f}",
+                "> 0",
+                statistics.fmean(gains) > 0,
+            )
+        )
+    return out
+
+
+def run() -> list[Result]:
+    """``make bench``: the full benchmark (about 75 minutes here)."""
+    workloads = list(BUDGETS)
+    root = REPO_ROOT / "runs" / "bench-outcome" / time.strftime("%Y%m%d-%H%M%S")
+    return results(run_all(workloads, 5, False, root), workloads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.outcome", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny budgets, 1 seed: a smoke test")
+    parser.add_argument("--workloads", default=",".join(BUDGETS), help="comma-separated subset")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 1..N (default 5, --quick 1)")
+    parser.add_argument("--output-dir", type=Path, default=None, help="default runs/bench-outcome/<time>")
+    args = parser.parse_args()
+    workloads = args.workloads.split(",")
+    unknown = [w for w in workloads if w not in BUDGETS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; known: {', '.join(BUDGETS)}")
+    seeds = args.seeds or (1 if args.quick else 5)
+    root = args.output_dir or REPO_ROOT / "runs" / "bench-outcome" / time.strftime("%Y%m%d-%H%M%S")
+    report(NAME, results(run_all(workloads, seeds, args.quick, root), workloads))
+
+
+if __name__ == "__main__":
+    main()

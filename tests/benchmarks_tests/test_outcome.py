@@ -1,0 +1,79 @@
+"""The outcome benchmark: its workloads keep the test split apart, and --quick runs end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import outcome_workloads as workloads
+from benchmarks.outcome import CONTENDERS, delivered_metric
+from benchmarks.outcome_contenders import Delivered
+from tuner.workloads import WorkloadContext
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ("noisy_digits", "imbalanced", "char_lm", "longer_cnn")
+
+
+def test_test_examples_are_never_in_train_or_validation() -> None:
+    train, val, test = workloads.split_indices(workloads.load_digits().target)
+    assert not set(test) & (set(train) | set(val))
+    assert not set(train) & set(val)
+    assert len(train) + len(val) + len(test) == 1797
+    parts = workloads.imbalanced_splits()  # continuous features: equal rows would be the same example
+    test_rows = {row.tobytes() for row in parts.x_test}
+    assert not test_rows & {row.tobytes() for row in np.concatenate([parts.x_train, parts.x_val])}
+    ids, _ = workloads.corpus_ids()
+    train_ids, val_ids, test_ids = workloads.text_parts(ids)
+    assert len(train_ids) + len(val_ids) + len(test_ids) == len(ids)
+    assert bool((test_ids == ids[len(ids) - len(test_ids) :]).all())  # the tail, after validation
+
+
+def test_label_noise_is_in_training_labels_only() -> None:
+    clean, noisy = workloads.digits_splits(), workloads.digits_splits(workloads.LABEL_NOISE)
+    assert (noisy.y_train != clean.y_train).mean() == pytest.approx(0.3, abs=0.001)
+    assert (noisy.y_val == clean.y_val).all() and (noisy.y_test == clean.y_test).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_split_option_picks_the_evaluation_data_and_nothing_else(name: str) -> None:
+    build = getattr(workloads, name)
+    tune, test = build(WorkloadContext(options={})), build(WorkloadContext(options={"split": "test"}))
+    assert tune.train_data.tensors[0].equal(test.train_data.tensors[0])
+    assert not tune.eval_data.tensors[0].equal(test.eval_data.tensors[0])
+    other_seed = build(WorkloadContext(options={}, seed=5))  # the study seed never moves the data
+    assert other_seed.eval_data.tensors[1].equal(tune.eval_data.tensors[1])
+
+
+def test_quick_mode_runs_every_contender_on_every_workload(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.outcome", "--quick", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert {(r["workload"], r["contender"]) for r in runs} == {(w, c) for w in NAMES for c in CONTENDERS}
+    for run in runs:
+        assert 0 < run["steps"] <= run["budget"], run
+        assert math.isfinite(run["test_metric"]), run
+        # the same scoring on the validation split gives what training recorded for that checkpoint
+        checkpoint = Path(run["checkpoint"])
+        status = json.loads((checkpoint.parents[1] / "status.json").read_text())
+        recorded = (
+            status["last_eval"][status["objective"]]
+            if run["contender"] == "tpe-last"
+            else status["best_value"]
+        )
+        delivered = Delivered(checkpoint, checkpoint.parents[1], 0, 0, 0.0, 0.0)
+        assert delivered_metric(delivered, split="tune") == pytest.approx(recorded, abs=1e-9), run
+    for name in NAMES:  # the markdown table has a row for every contender
+        table = done.stdout[done.stdout.index(f"**{name}**") :]
+        for contender in CONTENDERS:
+            assert f"| {contender} |" in table
