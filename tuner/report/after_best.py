@@ -16,10 +16,16 @@ position and how much worse the last eval is than the best, both said in its tex
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
-from tuner.report.noise import binomial_band
+from tuner.report.findings import Finding, Level, Suggestion, pct
+from tuner.report.length_cut import shorten
+from tuner.report.noise import binomial_band, eval_examples
+from tuner.report.study_data import PhaseData, TrialSlot
 
 HALF = 0.5  # best step <= 50% of training
 RISE = 0.25  # last eval's error >= 1.25 x the best's
@@ -71,3 +77,76 @@ def after_best(
         return None  # within one eval's sampling noise
     rise = (last_error - best_error) / best_error if best_error > 0 else float("inf")
     return AfterBest(slot, best_step, best_step / max_train_steps, best, last, rise)
+
+
+@dataclass(frozen=True)
+class BestStepWorsens(Finding):
+    """Validation gets clearly worse after an early best step (``after_best``), in the top trials."""
+
+    kind: ClassVar[str] = "best_step_worsens"
+    worsening_top: int
+    top: int
+    first_position: float
+    last_position: float
+    median_rise: float
+    suggested_trial_steps: int
+    suggested_max_train_steps: int | None
+
+
+def worsening_top(
+    phase: PhaseData, top: list[TrialSlot], curves: Mapping[int, Mapping[int, float]]
+) -> list[AfterBest]:
+    """The top trials whose validation gets clearly worse after an early best step."""
+    examples = eval_examples(phase) if any(s.slot in curves for s in top) else None
+    found = []
+    for slot in top:
+        if slot.best_step is None or slot.max_train_steps is None or slot.slot not in curves:
+            continue
+        curve = dict(curves[slot.slot])
+        if slot.value is not None:
+            curve.setdefault(slot.best_step, slot.value)
+        measured = after_best(
+            slot.slot, slot.best_step, slot.max_train_steps, curve, phase.direction, examples
+        )
+        if measured is not None and measured.worsens:
+            found.append(measured)
+    return found
+
+
+def worsens_verdict(
+    phase: PhaseData,
+    worsening: list[AfterBest],
+    top: int,
+    trial_steps: int,
+    rule_top: tuple[int, int],
+    suggestions: list[Suggestion],
+) -> BestStepWorsens:
+    """The verdict on the top trials that worsen (``rule_top``: how many of how many best it needs)."""
+    positions = [w.position for w in worsening]
+    rise = statistics.median(w.rise for w in worsening)
+    shown_rise = "from a perfect best" if rise == math.inf else f"{rise:.0%} worse"
+    reason = (
+        f"validation {shown_rise} at the last eval than at an early best step in {len(worsening)} of the "
+        f"top {top} trials ({phase.phase})"
+    )
+    cut = shorten(phase, suggestions, max(w.best_step for w in worsening), top, reason, trial_steps)
+    curves = ", ".join(f"{w.best:.4g} at step {w.best_step} -> {w.last:.4g}" for w in worsening[:3])
+    return BestStepWorsens(
+        worsening_top=len(worsening),
+        top=top,
+        first_position=min(positions),
+        last_position=max(positions),
+        median_rise=rise,
+        suggested_trial_steps=cut.trial_steps,
+        suggested_max_train_steps=cut.max_train_steps,
+        level=Level.WARNING,
+        rule=f"best step <= {HALF:.0%} of max_train_steps and the last eval >= {RISE:.0%} worse (as "
+        f"an error) and outside the best's noise, in at least {rule_top[0]} of the {rule_top[1]} best "
+        "trials",
+        text=f"max_train_steps is too high: validation gets worse after an early best step in "
+        f"{len(worsening)} of the top {top} trials (best at {pct(min(positions))}"
+        + (f" to {pct(max(positions))}" if max(positions) > min(positions) else "")
+        + f" of training; {curves}); the rest of each run is wasted, and may be memorising the "
+        "training set (e.g. noisy labels)",
+        advice=cut.advice,
+    )

@@ -16,14 +16,12 @@ readable ``eval_every`` that gives those evals in the study's shortest round (ro
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tuner.playbook.phases import round_number
-from tuner.report.after_best import HALF, RISE, AfterBest, after_best
+from tuner.report.after_best import worsening_top, worsens_verdict
 from tuner.report.eval_grid import (
     LATE,
     MIN_EVALS,
@@ -34,14 +32,13 @@ from tuner.report.eval_grid import (
 )
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
-from tuner.report.noise import eval_examples
+from tuner.report.length_cut import production_of, round_up, shorten
 from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
 TOP = 5
 TOP_NEEDED = 3
 MIN_TRIALS = 3
-EARLY_GROWTH = 2.0  # suggested length: 2 x the latest early best step among the top trials
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
 CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
 HISTOGRAM_BINS = 10
@@ -58,20 +55,6 @@ class BestStepEarly(Finding):
     top: int
     early_all: int
     completed: int
-    suggested_trial_steps: int
-    suggested_max_train_steps: int | None
-
-
-@dataclass(frozen=True)
-class BestStepWorsens(Finding):
-    """Validation gets clearly worse after an early best step (``after_best``), in the top trials."""
-
-    kind: ClassVar[str] = "best_step_worsens"
-    worsening_top: int
-    top: int
-    first_position: float
-    last_position: float
-    median_rise: float
     suggested_trial_steps: int
     suggested_max_train_steps: int | None
 
@@ -145,14 +128,6 @@ class BestStepResult:
         }
 
 
-def _round_up(steps: float, multiple: int) -> int:
-    return max(multiple, math.ceil(steps / multiple - 1e-9) * multiple)
-
-
-def _production(phase: PhaseData) -> int | None:
-    return phase.plan.max_train_steps if phase.plan is not None else None
-
-
 def diagnose_best_step(
     phase: PhaseData,
     judge: bool = True,
@@ -224,14 +199,14 @@ def _verdict(
     late_top, late_all = sum(p > LATE for p in top), sum(p > LATE for p in values)
     half = len(values) / 2
     trial_steps = phase.trial_steps or ranked[0].max_train_steps or 0
-    production = _production(phase)
+    production = production_of(phase)
     eval_every = phase.eval_every or 1
     numbers = f"{early_top} of the top {len(top)}, {early_all} of {len(values)} completed"
     if early_top >= needed_top and early_all >= half:
         # the latest of the early best steps: a top trial that peaked late is not what the cut is for
         latest = max(s.best_step or 0 for s in ranked[:TOP] if (s.position or 0.0) <= EARLY)
         reason = f"best steps in the first 10% of training in {numbers} trials ({phase.phase})"
-        cut = _shorten(phase, result, latest, len(top), reason, trial_steps)
+        cut = shorten(phase, result.suggestions, latest, len(top), reason, trial_steps)
         result.findings.append(
             BestStepEarly(
                 early_top=early_top,
@@ -248,9 +223,12 @@ def _verdict(
             )
         )
         return
-    worsening = _worsening(phase, ranked[:TOP], curves)
+    worsening = worsening_top(phase, ranked[:TOP], curves)
     if len(worsening) >= needed_top:
-        _worsens(phase, result, worsening, len(top), trial_steps)
+        rule_top = (needed_top, TOP)
+        result.findings.append(
+            worsens_verdict(phase, worsening, len(top), trial_steps, rule_top, result.suggestions)
+        )
         return
     if (
         late_top >= needed_top
@@ -275,7 +253,7 @@ def _verdict(
                 f"lengthen this round ({phase.round_key}.length_fraction)"
             )
         else:
-            suggested = _round_up(LATE_GROWTH * trial_steps, eval_every)
+            suggested = round_up(LATE_GROWTH * trial_steps, eval_every)
             level = Level.WARNING
             text = (
                 f"training may be too short: best checkpoints come in the last 25% of training ({numbers}); "
@@ -321,101 +299,6 @@ def _verdict(
     )
 
 
-@dataclass(frozen=True)
-class _Cut:
-    trial_steps: int
-    max_train_steps: int | None
-    advice: str
-
-
-def _shorten(
-    phase: PhaseData, result: BestStepResult, latest: int, top: int, reason: str, trial_steps: int
-) -> _Cut:
-    """Train ``EARLY_GROWTH`` x ``latest`` (the latest best step that argues for it) instead, rounded
-    up to ``eval_every`` and never below the schedule's own segments; adds the suggestions."""
-    production = _production(phase)
-    eval_every = phase.eval_every or 1
-    floor = _schedule_floor(phase)  # the schedule's segments in steps must still fit
-    suggested = _round_up(max(EARLY_GROWTH * latest, floor), eval_every)
-    scaled = _scale(production, suggested, trial_steps, eval_every)
-    if scaled is not None:
-        scaled = max(scaled, _round_up(floor, eval_every))
-    advice = f"train {suggested} steps instead of {trial_steps} ({EARLY_GROWTH:g} x the latest early best "
-    advice += f"step among the top {top}, {latest}, rounded up to eval_every"
-    advice += (
-        f"; at least the {floor} steps the schedule needs)" if suggested > EARLY_GROWTH * latest else ")"
-    )
-    if scaled is not None and production is not None and production != trial_steps:
-        advice += f": max_train_steps {production} -> {scaled} (the same ratio)"
-    if suggested >= trial_steps:  # the schedule's own segments keep the run this long
-        advice = (
-            f"shorten the schedule's segments given in steps ({floor} steps in all), then "
-            "max_train_steps with them"
-        )
-        scaled = None
-    if scaled is not None:
-        result.suggestions.append(Suggestion(("training", "max_train_steps"), production, scaled, reason))
-    round_steps = _round_steps_key(phase)
-    if round_steps is not None and suggested < trial_steps:
-        result.suggestions.append(Suggestion(round_steps, trial_steps, suggested, reason))
-    return _Cut(suggested, scaled, advice)
-
-
-def _worsening(
-    phase: PhaseData, top: list[TrialSlot], curves: Mapping[int, Mapping[int, float]]
-) -> list[AfterBest]:
-    """The top trials whose validation gets clearly worse after an early best step."""
-    examples = eval_examples(phase) if any(s.slot in curves for s in top) else None
-    found = []
-    for slot in top:
-        if slot.best_step is None or slot.max_train_steps is None or slot.slot not in curves:
-            continue
-        curve = dict(curves[slot.slot])
-        if slot.value is not None:
-            curve.setdefault(slot.best_step, slot.value)
-        measured = after_best(
-            slot.slot, slot.best_step, slot.max_train_steps, curve, phase.direction, examples
-        )
-        if measured is not None and measured.worsens:
-            found.append(measured)
-    return found
-
-
-def _worsens(
-    phase: PhaseData, result: BestStepResult, worsening: list[AfterBest], top: int, trial_steps: int
-) -> None:
-    positions = [w.position for w in worsening]
-    rise = statistics.median(w.rise for w in worsening)
-    shown_rise = "from a perfect best" if rise == math.inf else f"{rise:.0%} worse"
-    reason = (
-        f"validation {shown_rise} at the last eval than at an early best step in {len(worsening)} of the "
-        f"top {top} trials ({phase.phase})"
-    )
-    cut = _shorten(phase, result, max(w.best_step for w in worsening), top, reason, trial_steps)
-    curves = ", ".join(f"{w.best:.4g} at step {w.best_step} -> {w.last:.4g}" for w in worsening[:3])
-    result.findings.append(
-        BestStepWorsens(
-            worsening_top=len(worsening),
-            top=top,
-            first_position=min(positions),
-            last_position=max(positions),
-            median_rise=rise,
-            suggested_trial_steps=cut.trial_steps,
-            suggested_max_train_steps=cut.max_train_steps,
-            level=Level.WARNING,
-            rule=f"best step <= {HALF:.0%} of max_train_steps and the last eval >= {RISE:.0%} worse (as "
-            f"an error) and outside the best's noise, in at least {min(TOP_NEEDED, top)} of the {TOP} best "
-            "trials",
-            text=f"max_train_steps is too high: validation gets worse after an early best step in "
-            f"{len(worsening)} of the top {top} trials (best at {pct(min(positions))}"
-            + (f" to {pct(max(positions))}" if max(positions) > min(positions) else "")
-            + f" of training; {curves}); the rest of each run is wasted, and may be memorising the "
-            "training set (e.g. noisy labels)",
-            advice=cut.advice,
-        )
-    )
-
-
 def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
     eval_every, trial_steps = phase.eval_every or 0, phase.trial_steps or 0
     evals, late_evals = eval_counts(eval_every, trial_steps)
@@ -430,7 +313,7 @@ def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: i
             f"lower training.eval_every {eval_every} -> {better} ({short_evals} evals a run of {shortest} "
             f"steps{which}, {short_late} in its last 25%"
         )
-        production = _production(phase)
+        production = production_of(phase)
         if production is not None and production > shortest:
             advice += f"; {eval_counts(better, production)[0]} at the full {production} steps"
         advice += "), then judge the length again"
@@ -456,31 +339,3 @@ def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: i
             f"{evals} evals a run, {late_evals} in its last 25%: too few to place best steps ({phase.phase})"
         )
         result.suggestions.append(Suggestion(("training", "eval_every"), eval_every, better, reason))
-
-
-def _round_steps_key(phase: PhaseData) -> tuple[str, ...] | None:
-    """``("rounds", "round1", "steps")`` when the phase's length is set in steps (not a fraction)."""
-    number = round_number(phase.phase)
-    if number is None or phase.plan is None:
-        return None
-    key = f"round{number}"
-    spec = phase.plan.config.get("rounds", {}).get(key) or {}
-    return ("rounds", key, "steps") if spec.get("steps") is not None else None
-
-
-def _schedule_floor(phase: PhaseData) -> int:
-    """The fewest steps the study's schedule fits in: its segments given in steps, plus one step
-    for each segment that takes a fraction or the rest (a shorter run would be refused)."""
-    if phase.plan is None:
-        return 1
-    segments = phase.plan.config.get("training", {}).get("schedule") or []
-    return max(1, sum(int(s.get("steps") or 1) for s in segments if isinstance(s, dict)))
-
-
-def _scale(production: int | None, suggested: int, trial_steps: int, eval_every: int) -> int | None:
-    """The production length with the same cut as the phase's trials (round 1 runs a fraction)."""
-    if production is None or not trial_steps:
-        return None
-    if production == trial_steps:
-        return suggested
-    return _round_up(production * suggested / trial_steps, eval_every)
