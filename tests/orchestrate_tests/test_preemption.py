@@ -166,7 +166,10 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
 def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
     tmp_path: Path, output_dir: Path
 ) -> None:
-    study = toy_study(tmp_path, options=SLOW, round1={"trials": 6, "steps": 60})
+    # 60 steps of 0.06 s: a trial seen with a checkpoint at step 10..30 still has >= 1.8 s to run
+    # when the command is killed, so it cannot finish before its worker stops it (CI once saw a
+    # trial caught at step 50 of 0.03 s steps complete first, and no retry had a step to resume)
+    study = toy_study(tmp_path, options={"step_sleep_s": 0.06}, round1={"trials": 6, "steps": 60})
     args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
     command = start_tuner(*args)
     url = sqlite_url(output_dir)
@@ -175,7 +178,8 @@ def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
         # a running trial past a checkpoint, so that its retry has a step to resume from
         trials = _trials(url)
         return any(t.state.name == "COMPLETE" for t in trials) and any(
-            t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in trials
+            t.state.name == "RUNNING" and 0 < (t.user_attrs.get("last_checkpoint_step") or 0) <= 30
+            for t in trials
         )
 
     wait_for(finished_and_running_with_checkpoint, what="a finished trial, a checkpointed one")

@@ -9,11 +9,6 @@ import pytest
 from tests.spec_tests._support import BASE_YAML, invoke, plain, single_error, write_study
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-
-
 def validate_error(text: str, *args: str) -> str:
     write_study(Path.cwd(), text)
     return single_error(invoke("validate", "study.yaml", *args))

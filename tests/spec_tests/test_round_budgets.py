@@ -10,11 +10,6 @@ import pytest
 from tests.spec_tests._support import BASE_YAML, invoke, single_error, write_study
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-
-
 def _validate(rounds: str) -> object:
     write_study(Path.cwd(), BASE_YAML + "rounds:\n" + rounds)
     return invoke("validate", "study.yaml")

@@ -23,12 +23,6 @@ TOP_LEVEL_FIELDS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run in tmp_path so messages start with the relative ``study.yaml``."""
-    monkeypatch.chdir(tmp_path)
-
-
 def validate_error(text: str, *args: str) -> str:
     write_study(Path.cwd(), text)
     return single_error(invoke("validate", "study.yaml", *args))
