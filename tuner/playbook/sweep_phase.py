@@ -147,6 +147,20 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
     )
 
 
+def fit_step_to_beat(trials: Iterable[Any], stored: StoredPlan) -> int | None:
+    """The fewest steps an LR has fit the training set in on every seed (its slowest seed's fit
+    step, as the recommendation ranks it); None before any LR has.
+
+    An LR still training at or past that step without having fit would fit later, if ever, so its
+    slowest seed would be slower: it can no longer be the fastest nor tie with it, and its
+    trials stop there (``tuner.orchestrate.outpaced``). Edge, tie and best-step verdicts are
+    about the fastest LR and the LRs tied with it, so no stop changes them.
+    """
+    result = sweep_result_of(trials, stored)
+    steps = [row.slowest_fit_step for row in result.rows if row.slowest_fit_step is not None]
+    return min(steps, default=None)
+
+
 def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -> StoredPlan:
     """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits
     on, or below the grid when every LR diverged."""
