@@ -49,7 +49,7 @@ class _Toy(torch.nn.Module):
             return self.linear(inputs)
         if self.training:
             if int(self.trained_steps) == 1:
-                self.lr_seen.fill_(float(self.clock))
+                self.lr_seen.fill_(float(self.clock.detach()))
             self.trained_steps += 1
             return self.linear(inputs)
         fit_step = next(

@@ -70,18 +70,15 @@ def sweep_overrides(spec: StudySpec) -> dict[str, Any]:
 
 
 def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
+    from tuner.playbook.sweep_cap import sweep_cap
     from tuner.playbook.sweep_lr import default_grid
     from tuner.train.objective import metric_direction
 
     spec = loaded.spec
     sweep = spec.sweep_lr
     grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
-    max_steps = sweep.max_steps or production.steps
-    if max_steps is None:
-        raise UsageError(
-            "sweep_lr.max_steps is not set (the cap on each grid trial): set it, e.g. to a few times "
-            "the steps you expect the model to need"
-        )
+    cap = sweep_cap(spec, sweep.max_steps or production.steps, len(grid) * sweep.seeds)
+    max_steps = cap.steps_per_trial
     overrides = {**sweep_overrides(spec), "augment": False}
     plan = StoredPlan(
         phase="sweep-lr",
@@ -100,7 +97,7 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
             threshold=sweep.fit_threshold,
             direction=metric_direction(sweep.fit_metric),
         ),
-        notes=_switched_off(loaded, overrides),
+        notes=_switched_off(loaded, overrides) + ([cap.line()] if cap.lowered else []),
     )
     try:
         plan.trial_spec(0, {LR_PARAM: grid[0]})
@@ -167,12 +164,14 @@ def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -
     import optuna
 
     from tuner.orchestrate import optuna_study_name, with_retries
+    from tuner.playbook.sweep_cap import check_extension
     from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge
 
     study = with_retries(
         optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
     )
-    result = sweep_result(study, stored)
+    trials = with_retries(study.get_trials, False)
+    result = sweep_result_of(trials, stored)
     edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged)]
     if not edges:
         raise UsageError(
@@ -187,6 +186,11 @@ def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -
         return stored
     grid = sorted(have | set(new))
     seeds = loaded.spec.sweep_lr.seeds
+    # what finished trained, plus the cap for every planned trial that has not finished
+    done = [t for t in sweep_trials(trials) if t.outcome.finished]
+    unfinished = max(0, len(stored.slots) - len(done))
+    trained = sum(t.steps_trained for t in done) + unfinished * stored.trial_steps
+    check_extension(loaded.spec, trained, len(new) * seeds, stored.trial_steps)
     return stored.model_copy(
         update={
             "slots": [*stored.slots, *_slots(new, seeds)],
