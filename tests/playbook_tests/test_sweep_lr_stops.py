@@ -138,20 +138,20 @@ def _steps(path: Path) -> dict[float, tuple[str, int, Any]]:
 def test_an_lr_that_fit_stops_the_others_past_its_step_and_a_rerun_or_extend_respects_it(
     tmp_path: Path,
 ) -> None:
-    # one worker runs the grid in order: lr 0.01 fits at step 20; the others never would
-    path = _study(tmp_path, [[0.01, 20]])
+    # one worker runs the grid from the largest LR down: lr 1 fits at step 20; the others never would
+    path = _study(tmp_path, [[1.0, 20]])
     done = _sweep(path, "--workers", "1", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     rows = {row["lr"]: row for row in result["rows"]}
-    assert rows[0.01]["outcome"] == "fit" and result["recommended_max_train_steps"] == 20
-    for lr in (0.1, 1.0):
+    assert rows[1.0]["outcome"] == "fit" and result["recommended_max_train_steps"] == 20
+    for lr in (0.01, 0.1):
         assert (rows[lr]["outcome"], rows[lr]["stopped_at_step"]) == ("cannot_win", 20)
     kinds = {v["kind"]: v for v in result["verdicts"]}
     assert set(kinds) == {"recommendation", "fastest_at_edge", "stopped_cannot_win"}
-    assert kinds["fastest_at_edge"]["edge"] == "low" and kinds["stopped_cannot_win"]["steps_saved"] == 80
+    assert kinds["fastest_at_edge"]["edge"] == "high" and kinds["stopped_cannot_win"]["steps_saved"] == 80
     steps = _steps(path)
-    assert steps == {0.01: ("COMPLETE", 20, None), 0.1: ("PRUNED", 20, 20), 1.0: ("PRUNED", 20, 20)}
+    assert steps == {1.0: ("COMPLETE", 20, None), 0.1: ("PRUNED", 20, 20), 0.01: ("PRUNED", 20, 20)}
     assert "stopped at step 20: cannot win" in done.stderr  # the trial's line as it ends
 
     again = _sweep(path, "--workers", "1")  # a re-run trains nothing: a stop is a result
@@ -159,24 +159,24 @@ def test_an_lr_that_fit_stops_the_others_past_its_step_and_a_rerun_or_extend_res
     assert _steps(path) == steps
     assert "stopped (cannot win)" in again.stdout and "not within" not in again.stdout
 
-    extended = _sweep(path, "--workers", "1", "--extend", "--json")  # below the edge: 0.001, 0.0001
+    extended = _sweep(path, "--workers", "1", "--extend", "--json")  # above the edge: 10, 100
     assert extended.returncode == 0, extended.stderr
     result = json.loads(extended.stdout)
     assert result["recommended_max_train_steps"] == 20
     assert {v["kind"] for v in result["verdicts"]} == {"recommendation", "stopped_cannot_win"}
-    assert {lr: s[:2] for lr, s in _steps(path).items() if lr < 0.01} == {
-        0.0001: ("PRUNED", 20),
-        0.001: ("PRUNED", 20),
+    assert {lr: s[:2] for lr, s in _steps(path).items() if lr > 1} == {
+        10.0: ("PRUNED", 20),
+        100.0: ("PRUNED", 20),
     }
 
 
 def test_an_lr_still_training_when_another_fits_is_stopped_at_a_later_eval(tmp_path: Path) -> None:
-    # two workers: lr 0.01 (never fits, 100 steps of ~30 ms) and 0.1 (fits at step 10) start together
+    # two workers: lr 1 (never fits, 100 steps of ~30 ms) and 0.1 (fits at step 10) start together
     path = _study(tmp_path, [[0.1, 10]], max_steps=100, step_sleep_s=0.03)
     done = _sweep(path, "--workers", "2")
     assert done.returncode == 0, done.stderr
     steps = _steps(path)
-    state, final, outpaced = steps[0.01]
+    state, final, outpaced = steps[1.0]
     assert (state, outpaced) == ("PRUNED", 10) and 10 <= final < 100, steps
-    assert steps[1.0] == ("PRUNED", 10, 10)  # it started once the fit was known
+    assert steps[0.01] == ("PRUNED", 10, 10)  # it started once the fit was known
     assert steps[0.1] == ("COMPLETE", 10, None)

@@ -31,9 +31,16 @@ def _space(grid: list[float]) -> dict[str, Any]:
 
 
 def _slots(grid: list[float], seeds: int) -> list[SlotPlan]:
+    """One trial per LR and seed, the largest LR first.
+
+    The fastest LR to fit is usually among the largest that do not diverge (and one that
+    diverges does so within a few steps): trained first, it fits early, and the smaller LRs, which
+    need more steps, are then stopped once past its fit step (``fit_step_to_beat``) instead of
+    training to the cap before anything has fit.
+    """
     return [
         SlotPlan(values={LR_PARAM: lr}, sets={"seed_index": seed} if seed else {}, attrs={"seed_index": seed})
-        for lr in grid
+        for lr in sorted(grid, reverse=True)
         for seed in range(seeds)
     ]
 
