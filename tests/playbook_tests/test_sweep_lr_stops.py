@@ -180,3 +180,20 @@ def test_an_lr_still_training_when_another_fits_is_stopped_at_a_later_eval(tmp_p
     assert (state, outpaced) == ("PRUNED", 10) and 10 <= final < 100, steps
     assert steps[0.01] == ("PRUNED", 10, 10)  # it started once the fit was known
     assert steps[0.1] == ("COMPLETE", 10, None)
+
+
+def test_an_lr_that_fits_at_the_step_to_beat_ties_and_the_edge_verdict_stays(tmp_path: Path) -> None:
+    # lr 1 fits at 20, then lr 0.1 fits at 20 too: a fit at the step to beat is a fit, not a stop,
+    # so the tie (and with it the high-edge verdict, lr 1 being tied) is what it would be unstopped
+    path = _study(tmp_path, [[1.0, 20], [0.1, 20]])
+    done = _sweep(path, "--workers", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["fastest_lr"], result["recommended_max_train_steps"]) == (0.1, 20)
+    edge = next(v for v in result["verdicts"] if v["kind"] == "fastest_at_edge")
+    assert (edge["edge"], edge["lr"]) == ("high", 1.0) and "tied with lr 0.1" in edge["text"]
+    assert _steps(path) == {
+        1.0: ("COMPLETE", 20, None),
+        0.1: ("COMPLETE", 20, None),
+        0.01: ("PRUNED", 20, 20),
+    }

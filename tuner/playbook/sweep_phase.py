@@ -4,8 +4,11 @@ Each grid LR (times ``sweep_lr.seeds``) is one trial: a constant schedule (no wa
 augmentation off, a built-in workload's own regularisation off (its declared options, e.g.
 dropout 0) and ``sweep_lr.overrides`` applied (default: no weight decay), trained until the
 training set is fit (``fit_metric`` reaches ``fit_threshold``, checked at every eval) or
-``max_steps``. The analysis (table, verdicts, recommendation) is ``sweep_lr.py``; here the
-phase's trials become its input, and the recommendation is stored for later phases.
+``max_steps``. The grid runs from the largest LR down, and an LR still training past the fewest
+steps any LR has fit in is stopped there (``fit_step_to_beat``); ``sweep_lr.max_total_steps``
+lowers every trial's cap up front (``sweep_cap.py``). The analysis (table, verdicts,
+recommendation) is ``sweep_lr.py``; here the phase's trials become its input, and the
+recommendation is stored for later phases.
 """
 
 from __future__ import annotations
