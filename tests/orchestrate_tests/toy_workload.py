@@ -4,7 +4,10 @@ Options: ``step_sleep_s`` (slow steps, to kill trials mid-run), ``fail`` (``rais
 ``raise_at_step``, ``segfault``, ``hang``, ``hang_once``, ``oom``, ``alloc``, ``nan``,
 ``crash_once``), ``fail_at_step``, ``marker_dir`` (where ``crash_once`` and ``hang_once``
 remember they already happened), ``diverge`` (NaN loss when true),
-``nan_above_weight`` (NaN loss once a weight's magnitude exceeds it: a large learning rate diverges).
+``nan_above_weight`` (NaN loss once a weight's magnitude exceeds it: a large learning rate diverges),
+``fit_at_steps`` (``[[lr, step], ...]``: with that learning rate the model fits the data, every
+prediction right, from that step on; other learning rates never fit. The model reads its learning
+rate off a clock parameter that plain SGD moves by exactly the learning rate at the first step).
 """
 
 from __future__ import annotations
@@ -25,15 +28,37 @@ if os.environ.get("TOY_IMPORT_LOG"):  # which processes import the user's code (
 
 
 class _Toy(torch.nn.Module):
-    def __init__(self, sleep_s: float) -> None:
+    def __init__(self, sleep_s: float, fit_at_steps: list[list[float]] | None = None) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(4, 2)
         self.sleep_s = sleep_s
+        self.fit_at_steps = [(float(lr), int(step)) for lr, step in fit_at_steps or []]
+        if self.fit_at_steps:
+            self.clock = torch.nn.Parameter(torch.zeros(()))  # SGD adds the learning rate each step
+            self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
+            self.register_buffer("lr_seen", torch.zeros(()))
+
+    def clock_loss(self) -> torch.Tensor:
+        """Zero, with a gradient of -1 on the clock."""
+        return self.clock.detach() - self.clock
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.sleep_s and self.training:
             time.sleep(self.sleep_s)
-        return self.linear(inputs)
+        if not self.fit_at_steps:
+            return self.linear(inputs)
+        if self.training:
+            if int(self.trained_steps) == 1:
+                self.lr_seen.fill_(float(self.clock.detach()))
+            self.trained_steps += 1
+            return self.linear(inputs)
+        fit_step = next(
+            (step for lr, step in self.fit_at_steps if abs(lr - float(self.lr_seen)) <= 1e-4 * lr), None
+        )
+        if fit_step is not None and int(self.trained_steps) >= fit_step:
+            score = (inputs[:, 0] + inputs[:, 1]) * 100
+            return torch.stack([-score, score], dim=1)
+        return torch.zeros(inputs.shape[0], 2)
 
 
 def build(ctx: WorkloadContext) -> Workload:
@@ -77,9 +102,11 @@ def build(ctx: WorkloadContext) -> Workload:
                 if not done:
                     marker.touch()
                     raise RuntimeError("toy workload crashes once")
+        if model.fit_at_steps:
+            losses = losses + model.clock_loss()
         return losses
 
-    model = _Toy(float(options.get("step_sleep_s", 0.0)))
+    model = _Toy(float(options.get("step_sleep_s", 0.0)), options.get("fit_at_steps"))
     return Workload(
         model=model,
         train_data=TensorDataset(inputs[:64], targets[:64]),

@@ -40,13 +40,14 @@ def _trials(path: Path, phase: str = "sweep-lr") -> list[Any]:
 
 def test_sweep_finds_the_fewest_steps_to_fit_and_later_phases_use_them(tmp_path: Path) -> None:
     path = _sweep_study(tmp_path)
-    done = _sweep(path, "--max-failed", "1")
+    done = _sweep(path, "--max-failed", "1", "--workers", "1")  # one worker: the largest LR first
     # lr 100 diverged: a result, not a failure; the failure budget of 1 is untouched
     assert done.returncode == 0, done.stderr
     assert "constant learning rate (no warmup, no decay)" in done.stderr
     assert "augmentation off" in done.stderr
     table = done.stdout
-    assert "0.01  not within 60 steps" in table
+    # lr 1 fit at step 10 before lr 0.01 started: 0.01 stopped there, it could not win
+    assert "0.01  over 10" in table and "stopped (cannot win)" in table
     assert "- lr >= 100 diverged (1 of 4 grid points)" in table
     assert "- max_train_steps = 10: lr 1 fit the training set (train/accuracy >= 0.9) in 10 steps" in table
     trials = {t.params["optimizer.lr"]: t for t in _trials(path)}
@@ -55,7 +56,8 @@ def test_sweep_finds_the_fewest_steps_to_fit_and_later_phases_use_them(tmp_path:
     )
     assert trials[1.0].state.name == "COMPLETE" and trials[1.0].user_attrs["fit_step"] == 10
     assert trials[1.0].user_attrs["stopped_early"] and trials[1.0].user_attrs["final_step"] == 10
-    assert trials[0.01].user_attrs["fit_step"] is None and trials[0.01].user_attrs["final_step"] == 60
+    assert trials[0.01].user_attrs["fit_step"] is None and trials[0.01].user_attrs["final_step"] == 10
+    assert trials[0.01].state.name == "PRUNED" and trials[0.01].user_attrs["outpaced_at"] == 10
     storage = open_storage(sqlite_url(path.parent / "runs"))
     assert stored_recommendation(storage, "toy") == 10
 

@@ -32,6 +32,7 @@ def test_to_json_keys_are_stable_and_strict_json():
         "final_train_loss",
         "best_fit_value",
         "median_best_step",
+        "stopped_at_step",
     }
     assert data["rows"][0]["outcome"] == "diverged" and data["rows"][0]["final_train_loss"] is None
     assert data["recommended_max_train_steps"] == 500 and data["fastest_lr"] == 0.001

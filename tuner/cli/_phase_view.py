@@ -92,6 +92,11 @@ def trial_line(trial: Any, metric: str) -> str:
         retry = f"  (retry {attempt + 1} queued)" if attrs.get("retried") else ""
         reason = attrs.get("failure_reason", "failed")
         return f"{label}  {reason}: {attrs.get('error', '')}{retry}"
+    if trial.state.name == "PRUNED" and attrs.get("outpaced_at") is not None:
+        return (
+            f"{label}  stopped at step {attrs.get('final_step')}: cannot win "
+            f"(another trial reached the goal by step {attrs['outpaced_at']})"
+        )
     return f"{label}  {trial.state.name.lower()}"
 
 

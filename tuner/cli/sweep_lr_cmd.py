@@ -11,6 +11,7 @@ import typer
 
 from tuner.cli._console import out
 from tuner.cli._errors import guarded
+from tuner.errors import UsageError
 
 if TYPE_CHECKING:
     from tuner.cli._phase_run import PhaseOutcome
@@ -86,12 +87,24 @@ def sweep_lr(
         metavar="URL",
         help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
     ),
+    max_total_steps: str | None = typer.Option(
+        None,
+        "--max-total-steps",
+        metavar="N",
+        help="Train at most N steps over all grid trials (sets sweep_lr.max_total_steps).",
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
     as_json: bool = typer.Option(False, "--json", help="Print the table and verdicts as JSON."),
 ) -> None:
     """Train each grid LR at a constant schedule until it fits the training set; re-run to continue."""
     from tuner.cli._phase_run import PhaseRequest, run_phase
 
+    if max_total_steps is not None:
+        if not max_total_steps.strip().isdigit() or int(max_total_steps) < 1:
+            raise UsageError(
+                f"--max-total-steps expects a positive whole number of steps, got {max_total_steps!r}"
+            )
+        set_ = [*set_, f"sweep_lr.max_total_steps={int(max_total_steps)}"]
     run_phase(
         PhaseRequest(
             path=path,

@@ -80,6 +80,12 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
     sweep = spec.sweep_lr
     grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
     cap = sweep.max_steps or production.steps
+    total_cap = None
+    if sweep.max_total_steps is not None:  # a total too small for the grid is refused here
+        from tuner.playbook.sweep_cap import sweep_cap
+
+        total_cap = sweep_cap(spec, cap, len(grid) * sweep.seeds)
+        cap = total_cap.steps_per_trial
     compare = ">=" if metric_direction(sweep.fit_metric) == "maximize" else "<="
     switched = ", ".join(f"{key}={value}" for key, value in sweep_overrides(spec).items())
     lines = [
@@ -89,6 +95,8 @@ def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
         f"fit = {sweep.fit_metric} {compare} {sweep.fit_threshold:g}; "
         f"off: {switched or 'nothing'}, augmentation"
     ]
+    if total_cap is not None:
+        lines.append(f"             {total_cap.line()}")
     for number, steps in _round_lengths(spec, production):
         round_spec = spec.rounds.get(number)
         assert round_spec is not None

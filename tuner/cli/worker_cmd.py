@@ -165,6 +165,7 @@ def worker(
                 label=label or "",
                 sampler=plan.sampler(),
                 on_trial_end=None if quiet else report_trial,
+                outpaced_from=plan.outpaced_from(),
             ),
             opened,
             signals,

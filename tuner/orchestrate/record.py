@@ -125,8 +125,13 @@ class Recorder:
                     with_retries(self.study.tell, self.number, outcome.best_value, skip_if_finished=True)
                 return
             case Finished() if outcome.status == "stopped":
+                # a clean stop (e.g. a trial that can no longer change the phase's result,
+                # ``outpaced.py``): what it measured up to there is kept
+                extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)
+                extra["final_step"] = outcome.step
                 try:
-                    self._set("train_s", round(outcome.train_s, 4))
+                    for key, value in extra.items():
+                        self._set(key, value)
                 except TrialAbandoned:
                     return
                 with contextlib.suppress(UpdateFinishedTrialError):  # see above

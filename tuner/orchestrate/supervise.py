@@ -30,6 +30,7 @@ from tuner.orchestrate.messages import (
     Abandoned,
     ChildMessage,
     Errored,
+    Evaluated,
     Exited,
     Finished,
     Outcome,
@@ -37,6 +38,7 @@ from tuner.orchestrate.messages import (
     Started,
     TimedOut,
 )
+from tuner.orchestrate.outpaced import REFRESH_S, StepLimit
 from tuner.orchestrate.stall import ProgressBeacon, StallRule, check_stall, dump_stacks
 from tuner.orchestrate.trial_process import TrialJob, trial_main
 
@@ -58,8 +60,12 @@ def supervise(
     beat: HeartbeatThread,
     on_message: Callable[[ChildMessage], None],
     stall: StallRule | None = None,
+    limit_of: Callable[[], int | None] | None = None,
 ) -> Outcome:
     """Fork the child and pump its messages until it ends; returns how it ended.
+
+    ``limit_of``: the step from which the trial no longer matters to its phase (``outpaced.py``),
+    read before the fork, at each of the child's evaluations and every ``REFRESH_S``.
 
     ``on_message`` may raise ``TrialAbandoned``: the child is then killed, like when the
     heartbeat thread finds the trial ended elsewhere.
@@ -69,7 +75,12 @@ def supervise(
     sys.stdout.flush()
     sys.stderr.flush()
     beacon = ProgressBeacon(context)
-    child = context.Process(target=trial_main, args=(writer, job, threads, os.getpid(), beacon), daemon=True)
+    limit = StepLimit(context) if limit_of is not None else None
+    refresh = _LimitRefresh(limit, limit_of)
+    refresh.now()
+    child = context.Process(
+        target=trial_main, args=(writer, job, threads, os.getpid(), beacon, limit), daemon=True
+    )
     # as Python's gc docs advise before a fork: the child's collections then skip the worker's
     # objects instead of touching (and so copying) every page that holds one; the child unfreezes
     gc.freeze()
@@ -94,7 +105,10 @@ def supervise(
                     outcome = message
                 else:
                     on_message(message)
+                    if isinstance(message, Evaluated):
+                        refresh.now()
                 ready = ready or isinstance(message, Started)
+            refresh.when_due()
             if beat.ended_elsewhere.is_set():
                 outcome = Abandoned()
             elif time.monotonic() >= deadline:
@@ -125,6 +139,23 @@ def supervise(
     if outcome is None:
         outcome = Exited(child.exitcode, signals.count, stopping.waited_s() if stopping.killed else None)
     return outcome
+
+
+class _LimitRefresh:
+    """Keeps the child's ``StepLimit`` up to date (nothing to do without one)."""
+
+    def __init__(self, limit: StepLimit | None, limit_of: Callable[[], int | None] | None) -> None:
+        self.limit, self.limit_of = limit, limit_of
+        self.due = math.inf
+
+    def now(self) -> None:
+        if self.limit is not None and self.limit_of is not None:
+            self.limit.set(self.limit_of())
+            self.due = time.monotonic() + REFRESH_S
+
+    def when_due(self) -> None:
+        if time.monotonic() >= self.due:
+            self.now()
 
 
 class _StopClock:

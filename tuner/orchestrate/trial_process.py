@@ -26,6 +26,7 @@ from tuner.errors import TunerError
 from tuner.orchestrate.disk_full import disk_full_path
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
+from tuner.orchestrate.outpaced import OutpacedCheck, StepLimit
 from tuner.orchestrate.stall import STACKS_SIGNAL, ProgressBeacon
 from tuner.spec import StudySpec
 
@@ -141,8 +142,12 @@ def trial_main(
     threads: int | None,
     parent_pid: int | None = None,
     beacon: ProgressBeacon | None = None,
+    limit: StepLimit | None = None,
 ) -> None:
     """Entry point of the forked child: train, report, send the result, exit.
+
+    ``limit``: the step from which the trial no longer matters to its phase (``outpaced.py``);
+    the child stops at its first evaluation at or after it.
 
     ``STACKS_SIGNAL`` writes every thread's stack to ``trial.log``: the worker asks for them
     before it kills a stalled trial, so its ``error.log`` says where it hung.
@@ -162,6 +167,8 @@ def trial_main(
         torch.set_num_threads(threads)
     started = time.perf_counter()
     own = job.extra_callbacks() if job.extra_callbacks is not None else []
+    if limit is not None:
+        own.append(OutpacedCheck(limit))
     try:
         result = run_training(
             job.spec,

@@ -65,6 +65,9 @@ class WorkerOptions:
     poll_s: float = 0.5
     sampler: Any = None
     on_trial_end: Callable[[Any], None] | None = None  # gets the finished FrozenTrial
+    # the phase's trials -> the step from which a trial still training no longer matters
+    # (sweep-lr: the fewest steps to fit so far); its trials stop there (``outpaced.py``)
+    outpaced_from: Callable[[list[Any]], int | None] | None = None
 
 
 class PhaseEnd(StrEnum):
@@ -315,6 +318,7 @@ class Worker:
             signals=self.signals,
             beat=beat,
             on_message=recorder.on_message,
+            limit_of=self._limit_of(),
         )
         self._current = (claimed.trial_id, settings, run_dir)
         full = isinstance(outcome, Errored) and outcome.reason == FailureReason.DISK_FULL
@@ -323,6 +327,17 @@ class Worker:
         recorder.record(outcome, run_dir, settings)
         if full:
             raise DiskFull(outcome.message.removeprefix("disk full: ").partition(" (")[0])
+
+    def _limit_of(self) -> Callable[[], int | None] | None:
+        """The phase's ``outpaced_from`` over its trials as they are now (None: the phase has none)."""
+        outpaced_from = self.options.outpaced_from
+        if outpaced_from is None:
+            return None
+
+        def limit() -> int | None:
+            return outpaced_from(with_retries(self.study.get_trials, False))
+
+        return limit
 
     def _folder_freed(self, run_dir: Path, beat: HeartbeatThread) -> bool:
         """Wait (up to a heartbeat grace) for another process to let go of ``run_dir``."""

@@ -101,6 +101,17 @@ class PhasePlan:
             return random_point(space, slot, stored.seed)
         return {}  # tpe: Optuna's sampler chooses when the trial starts
 
+    def outpaced_from(self) -> Callable[[list[Any]], int | None] | None:
+        """sweep-lr: the phase's trials -> the fewest steps any LR has fit in (on every seed), past
+        which an LR still training can no longer be the fastest (``sweep_phase.fit_step_to_beat``);
+        None for the rounds, whose trials all matter."""
+        if self.stored.fit is None:
+            return None
+        from tuner.playbook.sweep_phase import fit_step_to_beat
+
+        stored = self.stored
+        return lambda trials: fit_step_to_beat(trials, stored)
+
     def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
         return TrialJob(
             spec=self.stored.trial_spec(slot, values),

@@ -20,6 +20,13 @@ Rules, and why:
   given when a grid edge is among the tied LRs, since a point beyond it might fit faster.
 - **The recommendation** is that slowest-seed fit step rounded up to a multiple of
   ``eval_every`` (a trial's length should end on an evaluation).
+- **Stopped because it cannot win**: once an LR has fit on every seed by step ``s``, any seed
+  of another LR still training at an evaluation at or past ``s`` without having fit is stopped
+  there (``sweep_phase.fit_step_to_beat``): it would fit later if ever, so its LR's slowest seed
+  could neither beat nor tie ``s``. Such a seed is neither "not fit" (it did not reach the cap)
+  nor a failure; the table shows "over N" steps to fit. Only the fastest LR and the LRs tied
+  with it make the recommendation and the edge and best-step verdicts, so stops change none
+  of them; "nothing fits" cannot follow a stop (an LR had fit).
 - **Infrastructure failures** (crash, OOM, timeout, kill) are not "did not fit": such a seed counts
   as not run, listed in their own verdict; an LR with one is not eligible to be fastest.
 - **A trial per (LR, seed)**: when storage holds several (a retry), the final one counts
@@ -41,12 +48,13 @@ Rules, and why:
       "rows": [                       # one per LR, ascending LR
         {"lr": float, "seeds": int,   # seeds expected (or seen, if more)
          "seed_outcomes": [str],      # SweepOutcome per seed index: fit, not_fit, diverged,
-                                      #   failed, running, pending
+                                      #   failed, running, pending, cannot_win
          "fit_steps": [int],          # fit steps of the seeds that fit, ascending
          "median_fit_step": float|null, "spread": [min, max]|null,  # spread: 2+ seeds fit
          "slowest_fit_step": int|null,# the max fit step, only when every seed fit
+         "stopped_at_step": int|null, # stopped (cannot win) seeds: the last step they trained
          "outcome": str,              # RowOutcome: fit, partly_fit, not_fit, diverged, failed,
-                                      #   running, pending
+                                      #   cannot_win, running, pending
          "outcome_text": str,         # e.g. "fit", "fit 1 of 2 seeds, 1 diverged"
          "final_train_loss": float|null,  # median over seeds that report one
          "best_fit_value": float|null,    # best over seeds (in the fit metric's direction)
@@ -66,6 +74,8 @@ Rules, and why:
          "text", "advice"},
         {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
         {"kind": "diverged", "lrs", "threshold_lr", "partial_lrs", "text", "advice"},
+        {"kind": "stopped_cannot_win", "lrs", "stopped_at_steps", "fit_step", "steps_saved",
+         "text", "advice"},
         {"kind": "infra_failed", "lrs", "reasons", "text", "advice"},
         {"kind": "provisional", "running", "pending", "text", "advice"}
       ]
@@ -96,9 +106,11 @@ from tuner.playbook.sweep_result import (
     NothingFits,
     Provisional,
     Recommendation,
+    StoppedCannotWin,
     SweepResult,
     lrs_text,
     steps_text,
+    stopped_verdict,
 )
 from tuner.playbook.sweep_rows import (
     FitDirection,
@@ -131,6 +143,7 @@ __all__ = [
     "Provisional",
     "Recommendation",
     "RowOutcome",
+    "StoppedCannotWin",
     "SweepOutcome",
     "SweepResult",
     "SweepRow",
@@ -197,6 +210,7 @@ def analyze_sweep(
 
     eligible = [row for row in rows if row.slowest_fit_step is not None]
     fastest_lr = recommended = None
+    fastest_row: SweepRow | None = None
     if eligible:
 
         def rank(row: SweepRow) -> tuple[int, float]:
@@ -204,7 +218,7 @@ def analyze_sweep(
 
         best_rank = min(rank(row) for row in eligible)
         tied = [row for row in eligible if rank(row) == best_rank]
-        fastest = tied[0]  # ascending LR: the smallest of the tied, furthest from divergence
+        fastest = fastest_row = tied[0]  # ascending LR: the smallest of the tied, furthest from divergence
         fastest_lr = fastest.lr
         fit_step = fastest.slowest_fit_step or 0
         recommended = math.ceil(fit_step / eval_every) * eval_every
@@ -348,6 +362,10 @@ def analyze_sweep(
             )
             text = f"lr {listed} diverged {share}"
         verdicts.append(Diverged(lrs=lrs, threshold_lr=threshold, partial_lrs=partial_lrs, text=text))
+
+    stopped = stopped_verdict(rows, fastest_row, max_steps)
+    if stopped is not None:
+        verdicts.append(stopped)
 
     failed = [row for row in rows if row.count(SweepOutcome.FAILED)]
     if failed:

@@ -4,8 +4,11 @@ Each grid LR (times ``sweep_lr.seeds``) is one trial: a constant schedule (no wa
 augmentation off, a built-in workload's own regularisation off (its declared options, e.g.
 dropout 0) and ``sweep_lr.overrides`` applied (default: no weight decay), trained until the
 training set is fit (``fit_metric`` reaches ``fit_threshold``, checked at every eval) or
-``max_steps``. The analysis (table, verdicts, recommendation) is ``sweep_lr.py``; here the
-phase's trials become its input, and the recommendation is stored for later phases.
+``max_steps``. The grid runs from the largest LR down, and an LR still training past the fewest
+steps any LR has fit in is stopped there (``fit_step_to_beat``); ``sweep_lr.max_total_steps``
+lowers every trial's cap up front (``sweep_cap.py``). The analysis (table, verdicts,
+recommendation) is ``sweep_lr.py``; here the phase's trials become its input, and the
+recommendation is stored for later phases.
 """
 
 from __future__ import annotations
@@ -31,9 +34,16 @@ def _space(grid: list[float]) -> dict[str, Any]:
 
 
 def _slots(grid: list[float], seeds: int) -> list[SlotPlan]:
+    """One trial per LR and seed, the largest LR first.
+
+    The fastest LR to fit is usually among the largest that do not diverge (and one that
+    diverges does so within a few steps): trained first, it fits early, and the smaller LRs, which
+    need more steps, are then stopped once past its fit step (``fit_step_to_beat``) instead of
+    training to the cap before anything has fit.
+    """
     return [
         SlotPlan(values={LR_PARAM: lr}, sets={"seed_index": seed} if seed else {}, attrs={"seed_index": seed})
-        for lr in grid
+        for lr in sorted(grid, reverse=True)
         for seed in range(seeds)
     ]
 
@@ -70,18 +80,15 @@ def sweep_overrides(spec: StudySpec) -> dict[str, Any]:
 
 
 def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
+    from tuner.playbook.sweep_cap import sweep_cap
     from tuner.playbook.sweep_lr import default_grid
     from tuner.train.objective import metric_direction
 
     spec = loaded.spec
     sweep = spec.sweep_lr
     grid = sorted(sweep.grid) if sweep.grid else default_grid(spec.training.optimizer.lr)
-    max_steps = sweep.max_steps or production.steps
-    if max_steps is None:
-        raise UsageError(
-            "sweep_lr.max_steps is not set (the cap on each grid trial): set it, e.g. to a few times "
-            "the steps you expect the model to need"
-        )
+    cap = sweep_cap(spec, sweep.max_steps or production.steps, len(grid) * sweep.seeds)
+    max_steps = cap.steps_per_trial
     overrides = {**sweep_overrides(spec), "augment": False}
     plan = StoredPlan(
         phase="sweep-lr",
@@ -100,7 +107,7 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
             threshold=sweep.fit_threshold,
             direction=metric_direction(sweep.fit_metric),
         ),
-        notes=_switched_off(loaded, overrides),
+        notes=_switched_off(loaded, overrides) + ([cap.line()] if cap.lowered else []),
     )
     try:
         plan.trial_spec(0, {LR_PARAM: grid[0]})
@@ -147,18 +154,34 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
     )
 
 
+def fit_step_to_beat(trials: Iterable[Any], stored: StoredPlan) -> int | None:
+    """The fewest steps an LR has fit the training set in on every seed (its slowest seed's fit
+    step, as the recommendation ranks it); None before any LR has.
+
+    An LR still training at or past that step without having fit would fit later, if ever, so its
+    slowest seed would be slower: it can no longer be the fastest nor tie with it, and its
+    trials stop there (``tuner.orchestrate.outpaced``). Edge, tie and best-step verdicts are
+    about the fastest LR and the LRs tied with it, so no stop changes them.
+    """
+    result = sweep_result_of(trials, stored)
+    steps = [row.slowest_fit_step for row in result.rows if row.slowest_fit_step is not None]
+    return min(steps, default=None)
+
+
 def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -> StoredPlan:
     """``sweep-lr --extend``: the same plan with the grid points beyond the edge the fastest LR sits
     on, or below the grid when every LR diverged."""
     import optuna
 
     from tuner.orchestrate import optuna_study_name, with_retries
+    from tuner.playbook.sweep_cap import check_extension
     from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge
 
     study = with_retries(
         optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
     )
-    result = sweep_result(study, stored)
+    trials = with_retries(study.get_trials, False)
+    result = sweep_result_of(trials, stored)
     edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged)]
     if not edges:
         raise UsageError(
@@ -173,6 +196,11 @@ def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -
         return stored
     grid = sorted(have | set(new))
     seeds = loaded.spec.sweep_lr.seeds
+    # what finished trained, plus the cap for every planned trial that has not finished
+    done = [t for t in sweep_trials(trials) if t.outcome.finished]
+    unfinished = max(0, len(stored.slots) - len(done))
+    trained = sum(t.steps_trained for t in done) + unfinished * stored.trial_steps
+    check_extension(loaded.spec, trained, len(new) * seeds, stored.trial_steps)
     return stored.model_copy(
         update={
             "slots": [*stored.slots, *_slots(new, seeds)],

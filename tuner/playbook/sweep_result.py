@@ -83,6 +83,18 @@ class Diverged(Verdict):
 
 
 @dataclass(frozen=True)
+class StoppedCannotWin(Verdict):
+    """LRs stopped without having fit once another LR had fit in fewer steps: they could no
+    longer be the fastest, so training them on was spent on nothing."""
+
+    kind: ClassVar[str] = "stopped_cannot_win"
+    lrs: list[float]  # ascending
+    stopped_at_steps: list[int]  # per LR: the last step its stopped seeds trained (max over them)
+    fit_step: int | None  # the fastest LR's fit step (each stop was at or past it)
+    steps_saved: int  # at most this many steps were not trained: max_steps - steps trained, summed
+
+
+@dataclass(frozen=True)
 class InfraFailed(Verdict):
     kind: ClassVar[str] = "infra_failed"
     lrs: list[float]
@@ -98,6 +110,31 @@ class Provisional(Verdict):
 
 def lrs_text(lrs: Iterable[float]) -> str:
     return ", ".join(format_lr(lr) for lr in lrs)
+
+
+def stopped_verdict(
+    rows: list[SweepRow], fastest: SweepRow | None, max_steps: int
+) -> StoppedCannotWin | None:
+    """The LRs stopped because they could not win, if any, and the steps that saved."""
+    stopped = [row for row in rows if row.stopped_at_step is not None]
+    if not stopped:
+        return None
+    saved = sum(max(0, max_steps - n) for row in stopped for n in row.stopped_steps)
+    fit_step = fastest.slowest_fit_step if fastest is not None else None
+    steps = [row.stopped_at_step or 0 for row in stopped]
+    at = f"step {steps[0]}" if len(set(steps)) == 1 else f"steps {', '.join(str(n) for n in steps)}"
+    were = "was" if len(stopped) == 1 else "were"
+    by = f": lr {format_lr(fastest.lr)} fit in {fit_step} steps, so" if fastest is not None else ", so"
+    return StoppedCannotWin(
+        lrs=[row.lr for row in stopped],
+        stopped_at_steps=steps,
+        fit_step=fit_step,
+        steps_saved=saved,
+        text=f"lr {lrs_text(row.lr for row in stopped)} {were} stopped at {at} without having fit"
+        f"{by} {'it' if len(stopped) == 1 else 'they'} could no longer be the fastest; steps to fit: "
+        f"more than that. Stopping saved up to {saved} steps (of {max_steps}-step caps). Not a "
+        f"failure, nor 'not fit within {max_steps} steps'",
+    )
 
 
 def steps_text(n: float) -> str:
@@ -136,6 +173,7 @@ class SweepResult:
                     "final_train_loss": _jsonable(row.final_train_loss),
                     "best_fit_value": _jsonable(row.best_fit_value),
                     "median_best_step": row.median_best_step,
+                    "stopped_at_step": row.stopped_at_step,
                 }
             )
         return {

@@ -30,10 +30,18 @@ class SweepOutcome(StrEnum):
     FAILED = "failed"  # infrastructure: crashed, oom, timeout, killed, ...; not "did not fit"
     RUNNING = "running"
     PENDING = "pending"  # not started yet
+    # stopped without having fit once another LR had fit in fewer steps: it can no longer be
+    # the fastest (its steps to fit, if any, are more than it trained); not "did not fit"
+    CANNOT_WIN = "cannot_win"
 
     @property
     def finished(self) -> bool:
-        return self in (SweepOutcome.FIT, SweepOutcome.NOT_FIT, SweepOutcome.DIVERGED)
+        return self in (
+            SweepOutcome.FIT,
+            SweepOutcome.NOT_FIT,
+            SweepOutcome.DIVERGED,
+            SweepOutcome.CANNOT_WIN,
+        )
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class SweepTrial:
     number: int | None = None  # the trial's slot, for messages
     failure_reason: str | None = None  # on FAILED / DIVERGED: the worker's failure_reason
     best_step: int | None = None  # where the objective (validation) was best, on a finished trial
+    outpaced_at: int | None = None  # on CANNOT_WIN: the fit step it could no longer beat
 
 
 def _attr_int(value: Any) -> int | None:
@@ -68,7 +77,10 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
     - a trial without ``optimizer.lr`` yet (enqueued, not started: the grid shows it as not started).
 
     COMPLETE is FIT when ``fit_step`` is recorded, else NOT_FIT; FAIL is DIVERGED when
-    ``failure_reason == "diverged"``, else FAILED (as is PRUNED, which a sweep never asks for).
+    ``failure_reason == "diverged"``, else FAILED; PRUNED with ``outpaced_at`` (stopped because
+    another LR fit sooner, ``tuner.orchestrate.outpaced``) is CANNOT_WIN, any other PRUNED FAILED.
+    A CANNOT_WIN trial has no ``best_step``: its objective's best is cut off at its stop, not
+    where it would have been (the "val best at" column leaves it out).
     """
     attrs = dict(trial.user_attrs)
     params = dict(trial.params)
@@ -87,7 +99,9 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
         outcome = SweepOutcome.RUNNING
     elif state == "WAITING":
         outcome = SweepOutcome.PENDING
-    else:  # PRUNED: nothing in a sweep prunes; count it as not run rather than as "not fit"
+    elif state == "PRUNED" and attrs.get("outpaced_at") is not None:
+        outcome = SweepOutcome.CANNOT_WIN
+    else:  # another PRUNED: nothing else in a sweep prunes; count it as not run, not "not fit"
         outcome, reason = SweepOutcome.FAILED, reason or state.lower()
     steps = attrs.get("final_step")
     if steps is None and outcome is SweepOutcome.FIT:
@@ -105,7 +119,10 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
         best_fit_value=_attr_float(attrs.get("best_fit_value")),
         number=int(slot) if slot is not None else trial.number,
         failure_reason=str(reason) if reason is not None and outcome is not SweepOutcome.FIT else None,
-        best_step=_attr_int(attrs.get("best_step")) if outcome.finished else None,
+        best_step=_attr_int(attrs.get("best_step"))
+        if outcome.finished and outcome is not SweepOutcome.CANNOT_WIN
+        else None,
+        outpaced_at=_attr_int(attrs.get("outpaced_at")) if outcome is SweepOutcome.CANNOT_WIN else None,
     )
 
 
@@ -120,6 +137,7 @@ class RowOutcome(StrEnum):
     NOT_FIT = "not_fit"
     DIVERGED = "diverged"  # no seed fit and at least one diverged, none merely "not fit"
     FAILED = "failed"  # every seed failed for infrastructure reasons
+    CANNOT_WIN = "cannot_win"  # no seed fit, at least one was stopped because another LR fit sooner
     RUNNING = "running"  # some seeds are still running or not started
     PENDING = "pending"  # no seed started
 
@@ -141,15 +159,20 @@ class SweepRow:
     best_fit_value: float | None
     failure_reasons: tuple[str, ...] = ()
     median_best_step: float | None = None  # the objective's best step, median over finished seeds
+    stopped_steps: tuple[int, ...] = ()  # steps each CANNOT_WIN seed trained
+    stopped_at_step: int | None = None  # the max of those
 
     def count(self, outcome: SweepOutcome) -> int:
         return sum(1 for seed in self.seed_outcomes if seed is outcome)
 
 
+STOPPED_TEXT = "stopped (cannot win)"
+
 _PREFERENCE = {
     SweepOutcome.FIT: 3,
     SweepOutcome.NOT_FIT: 3,
     SweepOutcome.DIVERGED: 3,
+    SweepOutcome.CANNOT_WIN: 3,
     SweepOutcome.RUNNING: 2,
     SweepOutcome.PENDING: 1,
     SweepOutcome.FAILED: 0,
@@ -172,6 +195,7 @@ def _outcome_text(
         (SweepOutcome.NOT_FIT, RowOutcome.NOT_FIT, "not fit"),
         (SweepOutcome.DIVERGED, RowOutcome.DIVERGED, "diverged"),
         (SweepOutcome.FAILED, RowOutcome.FAILED, failed_word),
+        (SweepOutcome.CANNOT_WIN, RowOutcome.CANNOT_WIN, STOPPED_TEXT),
     ):
         if counts[single] == seeds:
             return row, word
@@ -181,12 +205,19 @@ def _outcome_text(
             (SweepOutcome.NOT_FIT, "not fit"),
             (SweepOutcome.DIVERGED, "diverged"),
             (SweepOutcome.FAILED, "failed"),
+            (SweepOutcome.CANNOT_WIN, STOPPED_TEXT),
         )
         if counts[o]
     ]
     if counts[SweepOutcome.FIT]:
         return RowOutcome.PARTLY_FIT, f"fit {counts[SweepOutcome.FIT]} of {seeds} seeds, " + ", ".join(others)
-    row = RowOutcome.NOT_FIT if counts[SweepOutcome.NOT_FIT] else RowOutcome.DIVERGED
+    row = (
+        RowOutcome.NOT_FIT
+        if counts[SweepOutcome.NOT_FIT]
+        else RowOutcome.CANNOT_WIN
+        if counts[SweepOutcome.CANNOT_WIN]
+        else RowOutcome.DIVERGED
+    )
     return row, f"{', '.join(others)} (of {seeds} seeds)"
 
 
@@ -240,6 +271,7 @@ def build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: Fit
     ]
     all_fit = counts[SweepOutcome.FIT] == n and len(fit_steps) == n
     best_steps = [t.best_step for t in chosen if t.best_step is not None]
+    stopped = [t.steps_trained for t in chosen if t.outcome is SweepOutcome.CANNOT_WIN]
     return SweepRow(
         lr=lr,
         seeds=n,
@@ -254,6 +286,8 @@ def build_row(lr: float, by_seed: dict[int, SweepTrial], seeds: int, better: Fit
         best_fit_value=better.best(t.best_fit_value for t in chosen),
         failure_reasons=reasons,
         median_best_step=float(statistics.median(best_steps)) if best_steps else None,
+        stopped_steps=tuple(stopped),
+        stopped_at_step=max(stopped) if stopped else None,
     )
 
 

@@ -6,7 +6,7 @@ import textwrap
 
 from tuner.playbook.sweep_grid import format_lr
 from tuner.playbook.sweep_result import SweepResult, steps_text
-from tuner.playbook.sweep_rows import RowOutcome
+from tuner.playbook.sweep_rows import RowOutcome, SweepOutcome
 
 TABLE_WIDTH = 100
 _GAP_WIDTH = 2
@@ -27,7 +27,9 @@ def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max
     With several seeds, "steps to fit" is the slowest seed's (what the recommendation uses) and
     a column shows the median [min..max]. "val best at" is the step where the objective (the
     validation metric) was best, median over the seeds: far before the fit step, the rest of the
-    way fit what does not generalise (``BestLongBeforeFit``); shown once a trial has one. A long
+    way fit what does not generalise (``BestLongBeforeFit``); shown once a trial has one (a seed
+    stopped because it could not win has none: its best is cut off at its stop). An LR stopped
+    that way shows "over N" steps to fit (N: the last step it trained). A long
     fit-metric name shortens its header to "best value"; then "final train loss" to "train loss";
     a long outcome wraps onto a continuation line.
     """
@@ -37,8 +39,10 @@ def render_lines(result: SweepResult, fit_metric: str, fit_threshold: float, max
     for row in result.rows:
         if row.slowest_fit_step is not None:
             steps = str(row.slowest_fit_step)
-        elif row.outcome in (RowOutcome.NOT_FIT, RowOutcome.PARTLY_FIT):
+        elif row.outcome in (RowOutcome.NOT_FIT, RowOutcome.PARTLY_FIT) and row.count(SweepOutcome.NOT_FIT):
             steps = f"not within {max_steps} steps"
+        elif row.stopped_at_step is not None:  # stopped (cannot win): it would fit later, if ever
+            steps = f"over {row.stopped_at_step}"
         else:
             steps = "-"
         cells = [format_lr(row.lr), steps]

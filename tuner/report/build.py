@@ -184,6 +184,8 @@ def _next_steps(report: PhaseReport) -> list[str]:
         progress = [f.advice for f in report.health.findings if f.kind == "progress" and f.advice]
         steps += progress
     completed = len(report.data.completed)
+    if report.sweep is not None:  # a sweep LR stopped because it could not win is a result too
+        completed += sum(len(row.stopped_steps) for row in report.sweep.rows)
     if not steps and completed >= MIN_TO_JUDGE:
         steps.append("nothing to change: this phase's verdicts are all fine")
     elif not steps and completed:

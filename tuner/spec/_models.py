@@ -188,6 +188,8 @@ class SweepLrSpec(_Model):
 
     grid: list[PositiveFloat] | None = None  # default: half-decades around optimizer.lr
     max_steps: PositiveInt | None = None  # the cap on each grid trial
+    # the cap on all grid trials together (a share of a budget): lowers each trial's cap up front
+    max_total_steps: PositiveInt | None = None
     fit_metric: str = Field(default="train/accuracy", pattern=r"^(val|train)/[A-Za-z0-9_]+$")
     fit_threshold: float = 1.0
     seeds: PositiveInt = 1

@@ -45,7 +45,13 @@ def planned_phases(spec: StudySpec, stored_steps: dict[str, int] | None = None) 
     stored = stored_steps or {}
     sweep = spec.sweep_lr
     grid = sweep.grid if sweep.grid is not None else default_grid(spec.training.optimizer.lr)
-    cap = stored.get(SWEEP_PHASE) or sweep.max_steps or spec.training.max_train_steps
+    cap = stored.get(SWEEP_PHASE)
+    if cap is None:
+        cap = sweep.max_steps or spec.training.max_train_steps
+        if sweep.max_total_steps is not None:  # the per-LR cap the sweep would take
+            from tuner.playbook.sweep_cap import sweep_cap
+
+            cap = sweep_cap(spec, cap, len(grid) * sweep.seeds).steps_per_trial
     phases = [
         PhaseLength(
             SWEEP_PHASE,

@@ -128,6 +128,6 @@ def _assumptions(result: Estimate, probe: StepCost | None) -> list[str]:
             f"probe at the study's fixed hyperparameters, {probe.startup_s:.2g} s start-up per trial"
         )
     if any(p.length.upper_bound and p.trials_to_run for p in result.phases):
-        notes.append("sweep-lr trials run to their cap (they stop once they fit)")
+        notes.append("sweep-lr trials run to their cap (they stop once they fit, or cannot win)")
     notes.append("phases one after another")
     return notes
