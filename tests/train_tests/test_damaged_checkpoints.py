@@ -9,6 +9,7 @@ was a hard link to the same ``latest.pt`` keeps its intact bytes.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -26,19 +27,28 @@ def _train(study: Path, runs: Path) -> subprocess.CompletedProcess[str]:
     return run_tuner("train", str(study), "--no-progress", "--output-dir", str(runs))
 
 
-@pytest.fixture
-def crashed(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A run that crashed once at step 35 (checkpoints at 10, 20, 30): resumable, crashes no more."""
-    markers = tmp_path / "markers"
+@pytest.fixture(scope="module")
+def crashed_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a study and a run that crashed once at step 35 (checkpoints at 10, 20, 30):
+    resumable, and it crashes no more. Trained once; each test damages its own copy."""
+    folder = tmp_path_factory.mktemp("crashed")
+    markers = folder / "markers"
     markers.mkdir()
     options = {"fail": "crash_once", "fail_at_step": CRASH_AT, "marker_dir": str(markers)}
-    study = toy_study(tmp_path / "study", options=options, max_train_steps=STEPS, keep_best_checkpoints=2)
-    runs = tmp_path / "runs"
-    first = _train(study, runs)
+    study = toy_study(folder / "study", options=options, max_train_steps=STEPS, keep_best_checkpoints=2)
+    first = _train(study, folder / "runs")
     assert first.returncode == 1, first.stdout + first.stderr
-    run_dir = runs / "toy" / "train" / "run-001"
-    assert (run_dir / "checkpoints" / "latest.pt").exists()
-    return study, runs, run_dir
+    assert (folder / "runs" / "toy" / "train" / "run-001" / "checkpoints" / "latest.pt").exists()
+    return folder
+
+
+@pytest.fixture
+def crashed(crashed_once: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """This test's copy of ``crashed_once``: the study, its output folder and the run folder."""
+    folder = tmp_path / "crashed"
+    shutil.copytree(crashed_once, folder)  # a best checkpoint hard-linked to latest.pt: a copy now
+    runs = folder / "runs"
+    return folder / "study" / "study.yaml", runs, runs / "toy" / "train" / "run-001"
 
 
 def _replace(path: Path, damage: Callable[[bytes], bytes]) -> None:
