@@ -118,6 +118,10 @@ def tune(
         as_json=as_json,
         progress=progress,
     )
+    if as_json:
+        from tuner.cli._console import out
+
+        out.quiet = True  # stdout holds the JSON alone; the phases' summaries are in it
     context = open_context(request)
     context.budget_steps = budget_in_steps(context)
     if dry_run:

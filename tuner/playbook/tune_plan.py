@@ -157,7 +157,7 @@ def later_decisions(
         )
         stage.steps_per_trial = planned.steps
         text = (
-            f"round {planned.number}: {planned.top_k} points x {planned.seeds} seeds"
+            f"round {planned.number}: {_count(planned.top_k, 'point')} x {_count(planned.seeds, 'seed')}"
             + (f" x {planned.multipliers} LR multipliers" if planned.multipliers > 1 else "")
             + f" of {planned.steps} steps ({planned.cost:,} steps) from the {left:,} left"
         )
@@ -175,6 +175,10 @@ def later_decisions(
         decided.append((stage, Decision(f"round{planned.number}_shape", stage.key, text, planned.to_json())))
         left -= planned.cost
     return decided
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -246,10 +250,15 @@ class TunePlan:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [
-            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
             for row in rows
         ]
-        total = f"steps: {self.steps_ran:,} trained + {self.steps_to_run:,} to run = {self.total:,} of the budget's {self.budget_steps:,}"
+        total = (
+            f"steps: {self.steps_ran:,} trained + {self.steps_to_run:,} to run = {self.total:,} "
+            f"of the budget's {self.budget_steps:,}"
+        )
         if not self.complete:
             total += " (the rounds are sized once the sweep has run: together at most the budget)"
         return [*lines, total, *self.notes]
