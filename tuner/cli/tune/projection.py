@@ -30,7 +30,7 @@ def _planned(stage: Stage) -> PlannedPhase:
 
 
 def project(context: TuneContext) -> TunePlan:
-    from tuner.cli.tune.driver import base_sets, current_study, production
+    from tuner.cli.tune.studies import base_sets, current_study, production
 
     plan = TunePlan(context.budget_steps)
     committed = 0

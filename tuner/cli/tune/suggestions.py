@@ -28,7 +28,7 @@ KINDS = ("suggestions_applied", "suggestions_none", "suggestions_not_applied")
 
 def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     """The next study to search (its file written), or None: round 2 follows on ``loaded``."""
-    from tuner.cli.tune.driver import base_sets
+    from tuner.cli.tune.studies import base_sets
     from tuner.spec import load_study
 
     stage_key = f"{loaded.spec.name}/{round_phase(1)}"
@@ -115,7 +115,7 @@ def _destination(context: TuneContext, loaded: LoadedStudy) -> Path:
 
 def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
     """A round 1 of at least ``MIN_SEARCH_TRIALS`` trials and the later rounds fit what is left."""
-    from tuner.cli.tune.driver import production
+    from tuner.cli.tune.studies import production
     from tuner.playbook.tune_plan import later_rounds_of, round1_length
 
     length = production(context, following)
