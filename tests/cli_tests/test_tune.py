@@ -134,3 +134,47 @@ def test_ctrl_c_then_the_same_command_continues_without_redoing_phases(tmp_path:
     decisions = [d["kind"] for d in state(output_dir)["decisions"]]
     assert decisions.count("round1_trials") == 1  # decided once, not again on the re-run
     assert trained_steps(output_dir) <= 80
+
+
+def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: Path) -> None:
+    """Round 1 (built, not trained: 8 trials whose error falls as the LR rises to the top of
+    [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,
+    searches it with a round 1 of its own, and delivers round 2 of that study."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    phase = built.start("round-1")
+    positions = [0.04, 0.16, 0.29, 0.41, 0.53, 0.66, 0.78, 0.92]
+    for slot, (u, rank) in enumerate(zip(positions, [8, 7, 6, 5, 4, 3, 2, 1], strict=True)):
+        add_trial(phase, slot, 0.1 * rank, {"optimizer.lr": 0.01 * 100**u}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10)
+    save_state(
+        open_storage(built.storage_url),
+        "toy",
+        TuneState(parse_budget("160"), 160, [first], [Decision("budget", "toy", "budget 160", {})]),
+    )
+    done = run_tuner(
+        "tune", str(built.path), "--budget", "160", "--json", "--no-progress", "--workers", "1",
+        "--output-dir", str(built.output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
+    assert applied["stage"] == "toy/round-1"
+    assert any(change.startswith("search_space.optimizer.lr.high") for change in applied["numbers"]["changes"])
+    assert "search_space.optimizer.lr.high 1.0 -> " in applied["text"]
+    following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
+    assert following["name"] == "toy-2" and following["search_space"]["optimizer.lr"]["high"] > 1.0
+    assert [s["study"] + "/" + s["phase"] for s in payload["stages"]] == [
+        "toy/round-1",
+        "toy-2/round-1",
+        "toy-2/round-2",
+    ]
+    assert payload["stages"][1]["trials"] == 4  # (160 - 80 - round 2's 40) / 10 steps
+    assert payload["delivered_model"]["phase"] == "round-2"
+    assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
+    assert payload["plan"]["steps_ran"] <= 160
+    assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
