@@ -164,7 +164,9 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     payload = json.loads(done.stdout)
     applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
     assert applied["stage"] == "toy/round-1"
-    assert any(change.startswith("search_space.optimizer.lr.high") for change in applied["numbers"]["changes"])
+    assert any(
+        change.startswith("search_space.optimizer.lr.high") for change in applied["numbers"]["changes"]
+    )
     assert "search_space.optimizer.lr.high 1.0 -> " in applied["text"]
     following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
     assert following["name"] == "toy-2" and following["search_space"]["optimizer.lr"]["high"] > 1.0

@@ -8,6 +8,7 @@ budget rule is the playbook's (``tuner/playbook/budget.py``); the loop is ``tune
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,9 +136,9 @@ def tune(
         for line in plan.lines():
             context.console.print(line, markup=False, highlight=False)
         return
-    if context.state.budget_steps is None:
-        context.state.budget_steps = context.budget_steps
-        context.save()
+    context.state.budget_steps = context.budget_steps
+    context.state.switches = asdict(request.switches)
+    context.save()
     from tuner.cli.tune.deliver import deliver
 
     final = drive(context)

@@ -9,8 +9,9 @@ trained twice), so the phases together never train more than the budget:
    budget. Its grid x seeds trials each stop when they fit, else at the cap; when grid x seeds x
    ``sweep_lr.max_steps`` exceeds the share, the cap is lowered to fit it (on the eval grid).
 2. **the later rounds** (round 2, 3...) from the study file, sized first: round N trains ``top_k``
-   x ``seeds`` x ``len(lr_multipliers)`` trials at its length. If the last one does not fit, its
-   seeds are lowered, then its ``top_k``.
+   x ``seeds`` x ``len(lr_multipliers)`` trials at its length; the last one at 2 seeds at least
+   (``SPREAD_SEEDS``: one seed measures no spread) when that costs at most half of what is left.
+   If the last one does not fit, its seeds are lowered, then its ``top_k``.
 3. **round 1** gets what is left, ``trials = (left - later rounds) // round-1 length``; when
    another search may follow (the report's suggestions applied to a next study file: ``tune``'s
    ``--max-searches``), round 1 gets half of that and the other half is kept for it.
@@ -31,6 +32,8 @@ from typing import Any
 from tuner.errors import UsageError
 
 SWEEP_SHARE = 0.2
+#: the last round's seeds when the budget allows: the spread over seeds needs two
+SPREAD_SEEDS = 2
 #: a search after the first (the report's suggestions applied) needs at least this many trials
 MIN_SEARCH_TRIALS = 4
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)\s*$", re.IGNORECASE)
@@ -195,12 +198,21 @@ class RoundsShape:
         return self.round1_cost + sum(r.cost for r in self.later)
 
 
+def with_measured_spread(left: int, later: list[LaterRound]) -> list[LaterRound]:
+    """The later rounds with the last one at ``SPREAD_SEEDS`` seeds at least, when that costs no
+    more than half of ``left`` (else as the file has them): one seed measures no spread."""
+    if not later or later[-1].seeds >= SPREAD_SEEDS:
+        return later
+    seeded = [*later[:-1], replace(later[-1], seeds=SPREAD_SEEDS)]
+    return seeded if sum(r.cost for r in seeded) <= left // 2 else later
+
+
 def shape_rounds(
     left: int, round1_steps: int, later: list[LaterRound], *, keep_reserve: bool, min_trials: int = 1
 ) -> RoundsShape:
     """Round 1's share of ``left`` steps after the later rounds at the file's seeds (see the
     module's rule). ``keep_reserve``: round 1 takes half, the rest is kept for another search."""
-    fitted = fit_later_rounds(left, later, fill_seeds=False)
+    fitted = fit_later_rounds(left, with_measured_spread(left, later), fill_seeds=False)
     search = left - sum(r.cost for r in fitted)
     share = search // 2 if keep_reserve else search
     trials = share // round1_steps

@@ -80,6 +80,9 @@ class TuneState:
     budget_steps: int | None = None  # the budget in steps (a duration converted once)
     stages: list[Stage] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    switches: dict[str, Any] = field(
+        default_factory=dict
+    )  # the flags of the last run (estimate plans with them)
 
     def stage(self, study: str, phase: str) -> Stage | None:
         return next((s for s in self.stages if s.study == study and s.phase == phase), None)
@@ -89,6 +92,7 @@ class TuneState:
             "schema": SCHEMA,
             "budget": self.budget.to_json() if self.budget else None,
             "budget_steps": self.budget_steps,
+            "switches": self.switches,
             "stages": [s.to_json() for s in self.stages],
             "decisions": [d.to_json() for d in self.decisions],
         }
@@ -117,6 +121,7 @@ def load_state(storage: Any, study: str) -> TuneState | None:
     return TuneState(
         budget=Budget.from_json(budget["budget"]),
         budget_steps=budget.get("steps"),
+        switches=dict(budget.get("switches") or {}),
         stages=[Stage.from_json(s) for s in json.loads(attrs.get(STAGES_ATTR, "[]"))],
         decisions=[Decision.from_json(d) for d in json.loads(attrs.get(DECISIONS_ATTR, "[]"))],
     )
@@ -131,7 +136,11 @@ def save_state(storage: Any, study: str, state: TuneState) -> None:
     holder = with_retries(
         optuna.create_study, study_name=state_study_name(study), storage=storage, load_if_exists=True
     )
-    budget = {"budget": state.budget.to_json() if state.budget else None, "steps": state.budget_steps}
+    budget = {
+        "budget": state.budget.to_json() if state.budget else None,
+        "steps": state.budget_steps,
+        "switches": state.switches,
+    }
     with_retries(holder.set_user_attr, BUDGET_ATTR, json.dumps(budget))
     with_retries(holder.set_user_attr, STAGES_ATTR, json.dumps([s.to_json() for s in state.stages]))
     with_retries(holder.set_user_attr, DECISIONS_ATTR, json.dumps([d.to_json() for d in state.decisions]))

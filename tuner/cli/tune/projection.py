@@ -5,8 +5,11 @@ same decisions as the driver's would plan next, assuming round 1's report sugges
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tuner.cli.tune.context import TuneContext
-from tuner.playbook.decision_log import Stage
+from tuner.playbook.budget import Budget
+from tuner.playbook.decision_log import Stage, TuneState
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
 from tuner.playbook.tune_plan import (
     PlannedPhase,
@@ -15,6 +18,7 @@ from tuner.playbook.tune_plan import (
     round1_decision,
     sweep_decision,
 )
+from tuner.spec import LoadedStudy
 
 
 def _trials(stage: Stage) -> int | None:
@@ -79,3 +83,27 @@ def project(context: TuneContext) -> TunePlan:
         for stage, _ in decided:
             plan.phases.append(_planned(stage))
     return plan
+
+
+def stored_plan(
+    loaded: LoadedStudy, sets: list[str], output_dir: Path, storage: str | None
+) -> TunePlan | None:
+    """The plan of a study ``tune`` has run on (its budget and flags as stored), for ``tuner
+    estimate``; None if ``tune`` never ran on it. Reads only: nothing is created."""
+    from tuner.cli.tune.context import TuneContext, TuneRequest
+    from tuner.orchestrate import resolve_storage_url
+    from tuner.playbook.decision_log import load_state
+    from tuner.playbook.tune_plan import Switches
+
+    spec = loaded.spec
+    url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+    probe = TuneContext(
+        TuneRequest(loaded.path, Budget("0", steps=1), sets, output_dir, storage), loaded, url, TuneState()
+    )
+    state = load_state(probe.storage_of(loaded, create=False), spec.name)
+    if state is None or state.budget is None or state.budget_steps is None:
+        return None
+    switches = Switches(**state.switches) if state.switches else Switches()
+    request = TuneRequest(loaded.path, state.budget, sets, output_dir, storage, switches=switches)
+    context = TuneContext(request, loaded, url, state, state.budget_steps, probe.storages)
+    return project(context)
