@@ -104,6 +104,31 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model(tmp_path: Path) -> N
     assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
 
 
+def test_the_report_carries_the_decision_log_in_json_and_first_in_html(tmp_path: Path) -> None:
+    path = tune_study(tmp_path, top_k=1)
+    output_dir = tmp_path / "runs"
+    done = run_tuner(
+        "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--no-progress", "--workers", "2",
+        "--output-dir", str(output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = invoke("report", str(path), "--json", "--output-dir", str(output_dir))
+    assert report.exit_code == 0, report.output
+    tune = json.loads(report.stdout)["tune"]
+    assert tune["budget"]["text"] == "80" and tune["budget_steps"] == 80
+    assert [d["kind"] for d in tune["decisions"]][:2] == ["budget", "round1_trials"]
+    html = tmp_path / "report.html"
+    assert invoke("report", str(path), "--html", str(html), "--output-dir", str(output_dir)).exit_code == 0
+    page = html.read_text()
+    log, delivered = page.index("tuner tune: decision log"), page.index("<h2>delivered model")
+    assert log < delivered  # the page's first section
+    assert "round 1: 4 trials of 10 steps" in page
+    estimate = invoke("estimate", str(path), "--json", "--output-dir", str(output_dir))
+    assert estimate.exit_code == 0, estimate.output
+    plan = json.loads(estimate.stdout)["tune"]
+    assert plan["steps_ran"] == trained_steps(output_dir) <= 80 and plan["steps_to_run"] == 0
+
+
 def test_ctrl_c_then_the_same_command_continues_without_redoing_phases(tmp_path: Path) -> None:
     path = tune_study(tmp_path, top_k=1)
     output_dir = tmp_path / "runs"
@@ -180,3 +205,31 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
     assert payload["plan"]["steps_ran"] <= 160
     assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
+
+
+def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path) -> None:
+    """Round 1 done (built) in an earlier run: ``tune --dry-run`` and ``tuner estimate`` plan the
+    rest alike, from what ran plus what is planned."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8})
+    phase = built.start("round-1")
+    for slot in range(6):  # 6 of the 8 trials ran
+        add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 80, steps_per_trial=10)
+    state = TuneState(parse_budget("400"), 400, [first], [Decision("budget", "toy", "budget 400", {})])
+    save_state(open_storage(built.storage_url), "toy", state)
+    common = ("--output-dir", str(built.output_dir), "--json")
+    dry = invoke("tune", str(built.path), "--budget", "400", "--dry-run", *common)
+    assert dry.exit_code == 0, dry.output
+    planned = json.loads(dry.stdout)["plan"]
+    estimate = invoke("estimate", str(built.path), *common)
+    assert estimate.exit_code == 0, estimate.output
+    assert json.loads(estimate.stdout)["tune"] == planned
+    phases = {p["phase"]: p for p in planned["phases"]}
+    assert phases["toy/round-1"]["steps_ran"] == 60 and phases["toy/round-1"]["steps_to_run"] == 20
+    # round 2 takes the rest: 400 - 80 = 320, 3 points x 2 seeds x 40 steps; more points if whole
+    assert phases["toy/round-2"]["steps"] == 320 and planned["steps"] == 400

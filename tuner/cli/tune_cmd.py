@@ -119,10 +119,6 @@ def tune(
         as_json=as_json,
         progress=progress,
     )
-    if as_json:
-        from tuner.cli._console import out
-
-        out.quiet = True  # stdout holds the JSON alone; the phases' summaries are in it
     context = open_context(request)
     context.budget_steps = budget_in_steps(context)
     if dry_run:
@@ -139,9 +135,15 @@ def tune(
     context.state.budget_steps = context.budget_steps
     context.state.switches = asdict(request.switches)
     context.save()
+    from tuner.cli._console import out
     from tuner.cli.tune.deliver import deliver
 
-    final = drive(context)
+    was_quiet = out.quiet
+    out.quiet = was_quiet or as_json  # stdout holds the JSON alone; the phases' summaries are in it
+    try:
+        final = drive(context)
+    finally:
+        out.quiet = was_quiet
     plan = project(context)
     context.say(
         f"spent {plan.steps_ran:,} of {context.budget_steps:,} training steps "

@@ -114,8 +114,12 @@ def load_state(storage: Any, study: str) -> TuneState | None:
         holder = with_retries(optuna.load_study, study_name=state_study_name(study), storage=storage)
     except KeyError:
         return None
-    attrs = with_retries(lambda: holder.user_attrs)
-    if BUDGET_ATTR not in attrs:
+    return state_from_attrs(with_retries(lambda: holder.user_attrs))
+
+
+def state_from_attrs(attrs: dict[str, Any] | None) -> TuneState | None:
+    """The state held in the user attributes of ``tune:<study>`` (``tuner report`` reads them)."""
+    if not attrs or BUDGET_ATTR not in attrs:
         return None
     budget = json.loads(attrs[BUDGET_ATTR])
     return TuneState(
