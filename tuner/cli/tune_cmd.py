@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 def budget_in_steps(context: TuneContext) -> int:
     """The budget in training steps: as given, or a duration converted once (then stored) at the
-    seconds per step of a short probe here, with as many trials side by side as workers."""
+    seconds per step of a short probe here (``tuner estimate``'s: steps, evals, and a trial's
+    start-up spread over round 1's length, else 100 steps), with as many trials side by side as
+    workers. A rough conversion, said in the log; a budget in steps is exact."""
     budget = context.request.budget
     if budget.steps is not None:
         return budget.steps
@@ -42,7 +44,9 @@ def budget_in_steps(context: TuneContext) -> int:
         processes_per_trial=spec.training.processes_per_trial,
     )
     cost = probe_cost(context.home, threads=workers.threads, device=workers.device)
-    per_step = cost.seconds_per_step + (cost.startup_s or 0.0) / max(1, spec.training.eval_every * 5)
+    # a trial's start-up, spread over the steps of a short trial (round 1's: most trials are)
+    trial = spec.rounds.round1.steps or max(spec.training.eval_every, 100)
+    per_step = cost.seconds_per_step(spec.training.eval_every) + cost.startup_s / trial
     assert budget.seconds is not None
     steps = steps_for_duration(budget.seconds, per_step, len(workers.labels))
     context.say(
