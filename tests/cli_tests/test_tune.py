@@ -179,10 +179,10 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     save_state(
         open_storage(built.storage_url),
         "toy",
-        TuneState(parse_budget("160"), 160, [first], [Decision("budget", "toy", "budget 160", {})]),
+        TuneState(parse_budget("200"), 200, [first], [Decision("budget", "toy", "budget 200", {})]),
     )
     done = run_tuner(
-        "tune", str(built.path), "--budget", "160", "--json", "--no-progress", "--workers", "1",
+        "tune", str(built.path), "--budget", "200", "--json", "--no-progress", "--workers", "1",
         "--output-dir", str(built.output_dir),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -200,10 +200,11 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
         "toy-2/round-1",
         "toy-2/round-2",
     ]
-    assert payload["stages"][1]["trials"] == 4  # (160 - 80 - round 2's 40) / 10 steps
+    assert payload["stages"][1]["trials"] == 4  # (200 - 80 - round 2's 2 seeds x 40) / 10 steps
+    assert payload["delivered_model"]["seeds"]["seeds"] == 2  # half the budget holds 2 seeds
     assert payload["delivered_model"]["phase"] == "round-2"
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
-    assert payload["plan"]["steps_ran"] <= 160
+    assert payload["plan"]["steps_ran"] <= 200
     assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
 
 

@@ -10,7 +10,7 @@ trained twice), so the phases together never train more than the budget:
    ``sweep_lr.max_steps`` exceeds the share, the cap is lowered to fit it (on the eval grid).
 2. **the later rounds** (round 2, 3...) from the study file, sized first: round N trains ``top_k``
    x ``seeds`` x ``len(lr_multipliers)`` trials at its length; the last one at 2 seeds at least
-   (``SPREAD_SEEDS``: one seed measures no spread) when that costs at most half of what is left.
+   (``SPREAD_SEEDS``: one seed measures no spread) when that costs at most half of the budget.
    If the last one does not fit, its seeds are lowered, then its ``top_k``.
 3. **round 1** gets what is left, ``trials = (left - later rounds) // round-1 length``; when
    another search may follow (the report's suggestions applied to a next study file: ``tune``'s
@@ -198,27 +198,38 @@ class RoundsShape:
         return self.round1_cost + sum(r.cost for r in self.later)
 
 
-def with_measured_spread(left: int, later: list[LaterRound]) -> list[LaterRound]:
+def with_measured_spread(budget: int, later: list[LaterRound]) -> list[LaterRound]:
     """The later rounds with the last one at ``SPREAD_SEEDS`` seeds at least, when that costs no
-    more than half of ``left`` (else as the file has them): one seed measures no spread."""
+    more than half of the whole ``budget`` (else as the file has them): one seed measures no
+    spread. Of the whole budget, so that every search (the first and the next ones) leaves it."""
     if not later or later[-1].seeds >= SPREAD_SEEDS:
         return later
     seeded = [*later[:-1], replace(later[-1], seeds=SPREAD_SEEDS)]
-    return seeded if sum(r.cost for r in seeded) <= left // 2 else later
+    return seeded if sum(r.cost for r in seeded) <= budget // 2 else later
 
 
 def shape_rounds(
-    left: int, round1_steps: int, later: list[LaterRound], *, keep_reserve: bool, min_trials: int = 1
+    left: int,
+    round1_steps: int,
+    later: list[LaterRound],
+    *,
+    keep_reserve: bool,
+    min_trials: int = 1,
+    budget: int | None = None,
 ) -> RoundsShape:
-    """Round 1's share of ``left`` steps after the later rounds at the file's seeds (see the
-    module's rule). ``keep_reserve``: round 1 takes half, the rest is kept for another search."""
-    fitted = fit_later_rounds(left, with_measured_spread(left, later), fill_seeds=False)
+    """Round 1's share of ``left`` steps after the later rounds at the file's seeds (2 if half the
+    ``budget`` holds them: see the module's rule). ``keep_reserve``: round 1 takes half, the rest
+    is kept for another search."""
+    spread = with_measured_spread(budget if budget is not None else left, later)
+    fitted = fit_later_rounds(left, spread, fill_seeds=False)
     search = left - sum(r.cost for r in fitted)
     share = search // 2 if keep_reserve else search
     trials = share // round1_steps
     needed = max(min_trials, fitted[0].top_k if fitted else 1)
     if trials < needed and keep_reserve:  # no room for a second search: round 1 takes it all
-        return shape_rounds(left, round1_steps, later, keep_reserve=False, min_trials=min_trials)
+        return shape_rounds(
+            left, round1_steps, later, keep_reserve=False, min_trials=min_trials, budget=budget
+        )
     if trials < needed:
         raise UsageError(
             f"the budget leaves {max(left, 0):,} steps for the rounds; round 1 needs at least "

@@ -94,7 +94,14 @@ def round1_length(loaded: LoadedStudy, production: int) -> int:
 
 
 def round1_decision(
-    loaded: LoadedStudy, production: int, left: int, sets: list[str], *, keep_reserve: bool, search: int
+    loaded: LoadedStudy,
+    production: int,
+    left: int,
+    sets: list[str],
+    *,
+    keep_reserve: bool,
+    search: int,
+    budget: int,
 ) -> tuple[Stage, Decision]:
     """Round 1's trials: what the later rounds (at the file's seeds) leave, halved when another
     search may follow (``keep_reserve``)."""
@@ -102,7 +109,12 @@ def round1_decision(
     length = round1_length(loaded, production)
     later = later_rounds_of(loaded, production, length)
     shape = shape_rounds(
-        left, length, later, keep_reserve=keep_reserve, min_trials=1 if search == 1 else MIN_SEARCH_TRIALS
+        left,
+        length,
+        later,
+        keep_reserve=keep_reserve,
+        min_trials=1 if search == 1 else MIN_SEARCH_TRIALS,
+        budget=budget,
     )
     stage = Stage(
         spec.name, round_phase(1), str(loaded.path), list(sets), shape.round1_trials, shape.round1_cost
@@ -111,7 +123,7 @@ def round1_decision(
     later_cost = sum(r.cost for r in shape.later)
     text = (
         f"round 1: {shape.round1_trials} trials of {length} steps ({shape.round1_cost:,} steps) from the "
-        f"{left:,} left; the later rounds need {later_cost:,} at the file's seeds"
+        f"{left:,} left; the later rounds need {later_cost:,} ({_seeds(shape.later)})"
     )
     if shape.reserve:
         text += f"; {shape.reserve:,} kept for a search on the report's suggestions (else more seeds)"
@@ -175,6 +187,10 @@ def later_decisions(
         decided.append((stage, Decision(f"round{planned.number}_shape", stage.key, text, planned.to_json())))
         left -= planned.cost
     return decided
+
+
+def _seeds(later: list[LaterRound]) -> str:
+    return ", ".join(f"round {r.number}: {r.top_k} x {_count(r.seeds, 'seed')}" for r in later)
 
 
 def _count(n: int, noun: str) -> str:

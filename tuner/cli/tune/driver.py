@@ -118,7 +118,13 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
         keep = switches.apply_suggestions and searches < switches.max_searches
         sets = [*base_sets(context), *_next_study_sets(context, loaded)]
         stage, decision = round1_decision(
-            loaded, length, context.left(), sets, keep_reserve=keep, search=searches
+            loaded,
+            length,
+            context.left(),
+            sets,
+            keep_reserve=keep,
+            search=searches,
+            budget=context.budget_steps,
         )
         context.record(stage)
         context.decide(decision)
@@ -173,7 +179,8 @@ def drive(context: TuneContext) -> LoadedStudy:
                 "budget",
                 context.home.spec.name,
                 f"budget {context.budget_steps:,} training steps ({context.request.budget.text}); "
-                "split: sweep-lr <= 20%, the later rounds at the file's seeds, round 1 the rest "
+                "split: sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds "
+                "them), round 1 the rest "
                 "(half while a next search may follow), round 2's seeds then fill what is left",
                 {"steps": context.budget_steps, "text": context.request.budget.text},
             )

@@ -64,7 +64,9 @@ def project(context: TuneContext) -> TunePlan:
     if context.state.stage(name, round_phase(1)) is None:
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         keep = switches.apply_suggestions and searches < switches.max_searches
-        stage, decision = round1_decision(loaded, length, left, sets, keep_reserve=keep, search=searches)
+        stage, decision = round1_decision(
+            loaded, length, left, sets, keep_reserve=keep, search=searches, budget=context.budget_steps
+        )
         plan.phases.append(_planned(stage))
         left -= stage.planned_steps
         round1_trials = stage.trials

@@ -128,4 +128,5 @@ def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
         later_rounds_of(following, length, first),
         keep_reserve=False,
         min_trials=MIN_SEARCH_TRIALS,
+        budget=context.budget_steps,
     )
