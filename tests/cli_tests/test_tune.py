@@ -234,3 +234,35 @@ def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path
     assert phases["toy/round-1"]["steps_ran"] == 60 and phases["toy/round-1"]["steps_to_run"] == 20
     # round 2 takes the rest: 400 - 80 = 320, 3 points x 2 seeds x 40 steps; more points if whole
     assert phases["toy/round-2"]["steps"] == 320 and planned["steps"] == 400
+
+
+def _sweep_study(folder: Path) -> Path:
+    """The toy study leaving max_train_steps to sweep-lr: 3 LRs capped at 100 steps each."""
+    path = tune_study(folder)
+    document = yaml.safe_load(path.read_text())
+    del document["training"]["max_train_steps"]
+    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0], "max_steps": 100}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_the_sweep_is_capped_to_its_share_and_the_rounds_sized_after_it(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    result = invoke(
+        "tune", str(path), "--budget", "500", "--dry-run", "--json", "--output-dir", str(tmp_path / "runs")
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    sweep, *rounds = plan["phases"]
+    # 3 x 100 steps would exceed 20% of 500: each LR capped at 100 // 3 on the eval grid (10)
+    assert (sweep["phase"], sweep["trials"], sweep["steps_per_trial"]) == ("toy/sweep-lr", 3, 30)
+    assert sweep["upper_bound"] and sweep["steps"] == 90
+    assert [r["steps"] for r in rounds] == [None, None] and not plan["complete"]
+
+
+def test_no_sweep_without_a_known_length_is_one_line(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    result = invoke(
+        "tune", str(path), "--budget", "500", "--no-sweep", "--output-dir", str(tmp_path / "runs")
+    )
+    assert "--no-sweep skips tuner sweep-lr" in single_error(result)

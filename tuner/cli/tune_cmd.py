@@ -56,6 +56,23 @@ def budget_in_steps(context: TuneContext) -> int:
     return steps
 
 
+def refuse_no_sweep_without_length(context: TuneContext) -> None:
+    """``--no-sweep`` on a study whose ``max_train_steps`` nothing gives: refused before anything
+    is written (a study that ``tune`` has started keeps the stages it decided)."""
+    from tuner.cli.tune.studies import base_sets, production
+    from tuner.errors import UsageError
+    from tuner.spec import load_study
+
+    if context.request.switches.sweep:
+        return
+    loaded = load_study(context.home.path, base_sets(context))
+    if production(context, loaded) is None and not context.state.stages:
+        raise UsageError(
+            "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
+            "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
+        )
+
+
 @guarded
 def tune(
     path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
@@ -124,6 +141,7 @@ def tune(
         progress=progress,
     )
     context = open_context(request)
+    refuse_no_sweep_without_length(context)
     context.budget_steps = budget_in_steps(context)
     if dry_run:
         plan = project(context)
