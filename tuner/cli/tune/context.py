@@ -75,10 +75,13 @@ class TuneContext:
         self.save()
         self.say(decision.text)
 
-    def record(self, stage: Stage) -> Stage:
-        """Store a stage decided now (a re-run finds it and runs it as decided)."""
+    def record(self, stage: Stage, decision: Decision) -> Stage:
+        """Store a stage decided now with its decision, in one write (a re-run finds the stage
+        and runs it as decided), then print the decision."""
         self.state.stages.append(stage)
+        self.state.decisions.append(decision)
         self.save()
+        self.say(decision.text)
         return stage
 
     def save(self) -> None:

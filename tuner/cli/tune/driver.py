@@ -88,8 +88,7 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
                 "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
             )
         stage, decision = sweep_decision(loaded, context.budget_steps, base_sets(context))
-        context.record(stage)
-        context.decide(decision)
+        context.record(stage, decision)
     run_stage(context, stage)
     found = production(context, loaded)
     if found is not None:
@@ -116,7 +115,7 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
         switches = context.request.switches
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         keep = switches.apply_suggestions and searches < switches.max_searches
-        sets = [*base_sets(context), *_next_study_sets(context, loaded)]
+        sets = base_sets(context)  # a next study carries its changes in its own file
         stage, decision = round1_decision(
             loaded,
             length,
@@ -126,13 +125,8 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
             search=searches,
             budget=context.budget_steps,
         )
-        context.record(stage)
-        context.decide(decision)
+        context.record(stage, decision)
     run_stage(context, stage)
-
-
-def _next_study_sets(context: TuneContext, loaded: LoadedStudy) -> list[str]:
-    return []  # a next study carries its changes in its file; the user's --set values come from base_sets
 
 
 def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
@@ -141,7 +135,7 @@ def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None
     spec = loaded.spec
     numbers = [n for n in spec.rounds.numbers if n >= 2]
     if numbers and context.state.stage(spec.name, round_phase(numbers[0])) is None:
-        sets = [*base_sets(context), *_next_study_sets(context, loaded)]
+        sets = base_sets(context)  # a next study carries its changes in its own file
         decided = later_decisions(
             loaded,
             length,
@@ -151,8 +145,7 @@ def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None
             round1_trials=_completed(context, loaded, round_phase(1)),
         )
         for stage, decision in decided:
-            context.record(stage)
-            context.decide(decision)
+            context.record(stage, decision)
     for number in numbers:
         stage = context.state.stage(spec.name, round_phase(number))
         assert stage is not None
@@ -171,7 +164,7 @@ def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
 
 def drive(context: TuneContext) -> LoadedStudy:
     """Run every phase to the delivered model; returns the study that delivers it."""
-    from tuner.cli.tune.suggestions import next_study
+    from tuner.cli.tune.suggestions import log_transfer, next_study
 
     if not context.state.decisions:
         context.decide(
@@ -197,4 +190,5 @@ def drive(context: TuneContext) -> LoadedStudy:
             break
         loaded = following
     later_rounds(context, loaded, length)
+    log_transfer(context, loaded)
     return loaded

@@ -21,6 +21,8 @@ from tuner.playbook.phase_names import round_phase
 
 if TYPE_CHECKING:
     from tuner.cli.tune.context import TuneContext
+    from tuner.report.build import StudyReport
+    from tuner.report.findings import Suggestion
     from tuner.spec import LoadedStudy
 
 KINDS = ("suggestions_applied", "suggestions_none", "suggestions_not_applied")
@@ -95,7 +97,7 @@ def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) ->
     return None
 
 
-def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list, object]:  # type: ignore[type-arg]
+def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list[Suggestion], StudyReport]:
     from tuner.orchestrate.stored import open_reader
     from tuner.report import build_report, read_study
 
@@ -130,3 +132,27 @@ def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
         min_trials=MIN_SEARCH_TRIALS,
         budget=context.budget_steps,
     )
+
+
+def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
+    """After the last round: its transfer verdict from the report, in the decision log. Its
+    seeds were raised before it ran (the budget rule), so a weak transfer is said with the steps
+    left, not acted on by a further round."""
+    later = [n for n in loaded.spec.rounds.numbers if n >= 2]
+    if not later:
+        return
+    stage_key = f"{loaded.spec.name}/{round_phase(later[-1])}"
+    if any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
+        return
+    _, report = _suggestions(context, loaded)
+    phase = next((p for p in report.phases if p.data.phase == round_phase(later[-1])), None)
+    if phase is None or phase.transfer is None:
+        return
+    verdict = next((f for f in phase.transfer.findings if f.kind == "rank_correlation"), None)
+    if verdict is None:
+        return
+    quality = getattr(verdict, "quality", "")
+    text = f"{round_phase(later[-1])}'s transfer: {quality}: {verdict.text}"
+    if quality in ("weak", "reversed"):
+        text += f"; {max(context.left(), 0):,} steps left: no further round (more seeds need a larger budget)"
+    context.decide(Decision("transfer", stage_key, text, {"quality": quality}))
