@@ -82,7 +82,7 @@ def test_dry_run_prints_the_plan_within_the_budget_and_runs_nothing(tmp_path: Pa
     assert not (tmp_path / "runs").exists()
 
 
-def test_end_to_end_within_a_tiny_budget_delivers_the_model(tmp_path: Path) -> None:
+def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisions(tmp_path: Path) -> None:
     path = tune_study(tmp_path, top_k=1)
     output_dir = tmp_path / "runs"
     done = run_tuner(
@@ -102,16 +102,7 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model(tmp_path: Path) -> N
     assert model["reproduce"].startswith("tuner train ")
     assert model["seeds"]["seeds"] >= 1
     assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
-
-
-def test_the_report_carries_the_decision_log_in_json_and_first_in_html(tmp_path: Path) -> None:
-    path = tune_study(tmp_path, top_k=1)
-    output_dir = tmp_path / "runs"
-    done = run_tuner(
-        "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--no-progress", "--workers", "2",
-        "--output-dir", str(output_dir),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    # the decision log in tuner report: --json's "tune", and the HTML page's first section
     report = invoke("report", str(path), "--json", "--output-dir", str(output_dir))
     assert report.exit_code == 0, report.output
     tune = json.loads(report.stdout)["tune"]
@@ -266,3 +257,29 @@ def test_no_sweep_without_a_known_length_is_one_line(tmp_path: Path) -> None:
         "tune", str(path), "--budget", "500", "--no-sweep", "--output-dir", str(tmp_path / "runs")
     )
     assert "--no-sweep skips tuner sweep-lr" in single_error(result)
+
+
+def test_an_unknown_length_runs_the_sweep_first_and_the_rounds_at_its_answer(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["sweep_lr"]["max_steps"] = 10
+    document["rounds"]["round2"] = {"top_k": 1}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    output_dir = tmp_path / "runs"
+    done = run_tuner(
+        "tune", str(path), "--budget", "150", "--no-apply-suggestions", "--json", "--no-progress",
+        "--workers", "2", "--output-dir", str(output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert [s["phase"] for s in payload["stages"]] == ["sweep-lr", "round-1", "round-2"]
+    sweep = payload["decisions"][1]
+    assert sweep["kind"] == "sweep_planned" and sweep["numbers"]["steps"] == 30  # 3 LRs x 10 <= 20%
+    fallback = [d for d in payload["decisions"] if d["kind"] == "max_train_steps_fallback"]
+    length = fallback[0]["numbers"]["max_train_steps"] if fallback else None
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.study_results import stored_recommendation
+
+    length = length or stored_recommendation(open_storage(sqlite_url(output_dir)), "toy")
+    assert payload["delivered_model"]["max_train_steps"] == length  # round 2 at the sweep's answer
+    assert payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 150
