@@ -48,8 +48,9 @@ class Budget:
     steps: int | None = None
     seconds: float | None = None
 
-    def describe(self) -> str:
-        return f"{self.steps:,} training steps" if self.steps is not None else f"{self.text} of wall time"
+    def same_as(self, other: Budget) -> bool:
+        """The same budget however written (``8000`` and ``8_000``, ``2h`` and ``120m``)."""
+        return (self.steps, self.seconds) == (other.steps, other.seconds)
 
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "steps": self.steps, "seconds": self.seconds}

@@ -49,7 +49,9 @@ def sweep_decision(loaded: LoadedStudy, budget_steps: int, sets: list[str]) -> t
             "times the steps you expect the model to need"
         )
     shape: SweepShape = sweep_shape(budget_steps, trials, file_cap, spec.training.eval_every)
-    stage = Stage(spec.name, SWEEP_PHASE, str(loaded.path), list(sets), trials, shape.upper_bound, True)
+    stage = Stage(
+        spec.name, SWEEP_PHASE, str(loaded.path.resolve()), list(sets), trials, shape.upper_bound, True
+    )
     stage.steps_per_trial = shape.cap
     numbers = {"trials": trials, "cap": shape.cap, "file_cap": shape.file_cap, "steps": shape.upper_bound}
     if shape.lowered:
@@ -117,7 +119,12 @@ def round1_decision(
         budget=budget,
     )
     stage = Stage(
-        spec.name, round_phase(1), str(loaded.path), list(sets), shape.round1_trials, shape.round1_cost
+        spec.name,
+        round_phase(1),
+        str(loaded.path.resolve()),
+        list(sets),
+        shape.round1_trials,
+        shape.round1_cost,
     )
     stage.steps_per_trial = length
     later_cost = sum(r.cost for r in shape.later)
@@ -165,7 +172,12 @@ def later_decisions(
         if round_spec.trials is not None and planned.trials != round_spec.trials:
             carried.append(f"{key}.trials={planned.trials}")
         stage = Stage(
-            spec.name, round_phase(planned.number), str(loaded.path), list(carried), None, planned.cost
+            spec.name,
+            round_phase(planned.number),
+            str(loaded.path.resolve()),
+            list(carried),
+            None,
+            planned.cost,
         )
         stage.steps_per_trial = planned.steps
         text = (

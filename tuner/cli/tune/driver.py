@@ -32,7 +32,7 @@ def open_context(request: TuneRequest) -> TuneContext:
     context = TuneContext(request, loaded, url, TuneState(budget=request.budget))
     stored = load_state(context.storage_of(loaded, create=False), spec.name)
     if stored is not None:
-        if stored.budget is not None and stored.budget.text != request.budget.text:
+        if stored.budget is not None and not stored.budget.same_as(request.budget):
             raise UsageError(
                 f"{spec.name} is being tuned with --budget {stored.budget.text}; run the same command "
                 f"to continue it (a new budget needs another --output-dir / --storage)"
