@@ -197,6 +197,11 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
     assert payload["plan"]["steps_ran"] <= 200
     assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
+    # the report of the study that delivers the model (the next one, its own storage) has the log
+    report = invoke("report", applied["numbers"]["file"], "--json", "--output-dir", str(built.output_dir))
+    assert report.exit_code == 0, report.output
+    logged = json.loads(report.stdout)["tune"]["decisions"]
+    assert [d["kind"] for d in logged] == [d["kind"] for d in payload["decisions"]]
 
 
 def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path) -> None:

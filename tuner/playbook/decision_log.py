@@ -8,8 +8,9 @@ back and continues: a stage decided is never decided again (its ``--set`` values
 same, or the phase would refuse the changed file), a stage done is not run again.
 
 Stored as the user attributes of an Optuna study named ``tune:<study>`` in the storage of the
-study ``tune`` was started on (public API: ``set_user_attr``); the name has no ``/``, so it is
-no phase of any study for ``report`` or ``list``.
+study ``tune`` was started on (public API: ``set_user_attr``), and copied to the storage of each
+next study it searched; the name has no ``/``, so it is no phase of any study for ``report`` or
+``list``. ``state_for`` finds the log of a study ``tune`` ran, whether it started there or not.
 """
 
 from __future__ import annotations
@@ -148,3 +149,18 @@ def save_state(storage: Any, study: str, state: TuneState) -> None:
     with_retries(holder.set_user_attr, BUDGET_ATTR, json.dumps(budget))
     with_retries(holder.set_user_attr, STAGES_ATTR, json.dumps([s.to_json() for s in state.stages]))
     with_retries(holder.set_user_attr, DECISIONS_ATTR, json.dumps([d.to_json() for d in state.decisions]))
+
+
+def state_for(study: str, names: list[str], read_attrs: Any) -> TuneState | None:
+    """The log of ``tune`` runs that ran ``study``: its own (``tune:<study>``), else one that
+    started on another study and searched this one (a next study). ``names``: the Optuna study
+    names of the storage; ``read_attrs(name)``: their user attributes."""
+    own = state_from_attrs(read_attrs(state_study_name(study)))
+    if own is not None:
+        return own
+    for name in names:
+        if name.startswith(STATE_PREFIX) and name != state_study_name(study):
+            found = state_from_attrs(read_attrs(name))
+            if found is not None and any(s.study == study for s in found.stages):
+                return found
+    return None

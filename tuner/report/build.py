@@ -140,10 +140,11 @@ def _judged(findings: list[Finding]) -> bool:
 
 def build_report(data: StudyData) -> StudyReport:
     """Every diagnostic of every phase of ``data`` (already read: ``read_study``)."""
-    from tuner.playbook.decision_log import state_from_attrs, state_study_name
+    from tuner.playbook.decision_log import state_for
 
     reports = [_phase_report(data, phase) for phase in data.phases]
-    tuned = state_from_attrs(data.reader.study_attrs(state_study_name(data.study))) if data.reader else None
+    reader = data.reader
+    tuned = state_for(data.study, reader.optuna_study_names(), reader.study_attrs) if reader else None
     return StudyReport(data.study, data.storage, reports, delivered_model(data.every_phase()), tuned)
 
 

@@ -85,7 +85,18 @@ class TuneContext:
         return stage
 
     def save(self) -> None:
-        save_state(self.storage_of(self.home), self.home.spec.name, self.state)
+        """Store the state with the study ``tune`` started on; a copy goes to the storage of each
+        next study it searched (when that is another storage), so that ``tuner report`` on the
+        study that delivers the model shows the log too."""
+        from tuner.spec import load_study
+
+        home = self.storage_of(self.home)
+        save_state(home, self.home.spec.name, self.state)
+        others = {s.study: s for s in self.state.stages if s.study != self.home.spec.name}
+        for stage in others.values():
+            storage = self.storage_of(load_study(Path(stage.study_file), self.request.sets))
+            if storage is not home:
+                save_state(storage, self.home.spec.name, self.state)
 
     def steps_of(self, stage: Stage) -> int:
         """Training steps the stage's phase has trained so far (read from its storage)."""
