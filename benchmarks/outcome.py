@@ -5,14 +5,13 @@ Four workloads of our own (``benchmarks/outcome_workloads.py``, studies in
 contender spends at most :data:`BUDGETS` training steps (every phase counted) on the same search
 space, with the same training engine, on 2 CPU workers of one thread each:
 
-- ``tuner``: the README's procedure, through the CLI: ``tuner sweep-lr`` (which sets
-  ``max_train_steps``: the template's is removed), ``tuner run-round --round 1 --trials N``,
-  ``tuner run-round --round 2``, ``--workers 2``. N is worked out by hand, as a user would:
-  ``N = (budget - steps the sweep used - top_k x seeds x max_train_steps) // ceil(length_fraction
-  x max_train_steps)`` (round 2's cost taken off first; at least top_k). When no LR of the sweep
-  fits, the user falls back to the template's guessed ``max_train_steps`` (``--set``).
-  Delivered: round 2's point with the best mean objective over its seeds; that point's best seed
-  run, at its best step (its best-step checkpoint).
+- ``tuner``: ``tuner tune --budget N --workers 2`` (the template's ``max_train_steps`` removed:
+  sweep-lr finds it, within tune's 20% share; when no LR fits there, tune trains at the sweep's
+  cap). tune splits the budget itself (round 1's trials, a search on the report's suggestions,
+  round 2's seeds) and delivers the model by ``tuner report``'s rule: the last full-length round's
+  point with the best mean over its seeds, that point's best seed run at its best step. (Until
+  issue 19's ``tune``, the benchmark ran sweep-lr, ``run-round --round 1 --trials N`` with N worked
+  out by hand from the budget, and round 2: the README's first table was measured that way.)
 - ``tpe-last``: an Optuna TPE script, every trial at the template's ``max_train_steps`` (the
   user's guess, stated in each study file), Optuna told the last eval, ``budget // guess``
   trials. Delivered: the best trial by last eval, its final weights.

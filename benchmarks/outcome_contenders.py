@@ -67,75 +67,51 @@ def _cli(*args: str, workers: int) -> str:
     return done.stdout
 
 
-def round1_trials(budget: int, sweep_steps: int, max_train_steps: int, document: dict[str, Any]) -> int:
-    """Round 1's ``--trials``, worked out by hand as a user would from the README: the steps left
-    after the sweep, minus round 2's cost (top_k x seeds x max_train_steps), over round 1's trial
-    length (ceil(length_fraction x max_train_steps)); at least round 2's top_k."""
-    rounds = document["rounds"]
-    round2 = rounds["round2"]["top_k"] * rounds["round2"].get("seeds", 1) * max_train_steps
-    length = math.ceil(rounds["round1"]["length_fraction"] * max_train_steps)
-    return max(rounds["round2"]["top_k"], (budget - sweep_steps - round2) // length)
-
-
 def run_tuner(document: dict[str, Any], folder: Path, budget: int, workers: int = WORKERS) -> Delivered:
-    """sweep-lr, round 1 with the hand-worked ``--trials``, round 2: the README's procedure.
+    """``tuner tune --budget``: the whole procedure in one command (sweep-lr, round 1, the
+    report's suggestions, round 2), its budget split by tuner's own rule; the model it delivers
+    (``--json``'s ``delivered_model``: the one rule of ``tuner report``).
 
-    The study file leaves ``max_train_steps`` to sweep-lr. When no LR fits the training set, the
-    user falls back to the guess they had (the template's ``max_train_steps``), passed as --set.
+    The study file leaves ``max_train_steps`` to sweep-lr; when no LR fits within the sweep's
+    share, tune trains the rounds at the sweep's cap (its decision log says so).
     """
-    guess = document["training"].pop("max_train_steps")
+    document["training"].pop("max_train_steps")
     study = folder / "study.yaml"
     study.write_text(yaml.safe_dump(document, sort_keys=False))
     output = folder / "runs"
-    out = ["--output-dir", str(output)]
     cpu, elapsed = children_cpu_s(), stopwatch()
-    sweep = json.loads(_cli("sweep-lr", str(study), *out, "--json", workers=workers))
-    phase_root = output / document["name"]
-    sweep_steps = status_steps(sorted((phase_root / "sweep-lr").glob("trial-*")))
-    found = sweep.get("recommended_max_train_steps")
-    fallback = [] if found else ["--set", f"max_train_steps={guess}"]
-    max_train_steps = int(found or guess)
-    trials = round1_trials(budget, sweep_steps, max_train_steps, document)
-    _cli("run-round", str(study), "--round", "1", "--trials", str(trials), *fallback, *out, workers=workers)
-    _cli("run-round", str(study), "--round", "2", *fallback, *out, workers=workers)
-    wall, cpu = elapsed(), children_cpu_s() - cpu
-    folders = sorted(phase_root.glob("*/trial-*"))
-    run_dir, best_step = _round2_choice(phase_root, document["objective"]["direction"])
-    notes = f"max_train_steps {max_train_steps} ({'sweep-lr' if found else 'nothing fit: the guess'})"
-    notes += f"; round 1 --trials {trials}"
-    return Delivered(
-        best_checkpoint(run_dir, best_step), run_dir, status_steps(folders), len(folders), cpu, wall, notes
+    payload = json.loads(
+        _cli(
+            "tune",
+            str(study),
+            "--budget",
+            str(budget),
+            "--output-dir",
+            str(output),
+            "--json",
+            workers=workers,
+        )
     )
-
-
-def _round2_choice(phase_root: Path, direction: str) -> tuple[Path, int]:
-    """Round 2's point with the best mean objective over its seeds; that point's best seed run,
-    at its best step."""
-    import optuna
-
-    url = f"sqlite:///{phase_root / 'study.db'}"
-    name = phase_root.name
-    done = [
-        t for t in optuna.load_study(study_name=f"{name}/round-2", storage=url).trials if t.value is not None
-    ]
-    points: dict[tuple[Any, Any], list[Any]] = {}
-    for trial in done:
-        key = (trial.user_attrs.get("source_trial"), trial.user_attrs.get("lr_multiplier"))
-        points.setdefault(key, []).append(trial)
-    is_better = better(direction)
-    means = {key: sum(t.value for t in runs) / len(runs) for key, runs in points.items()}
-    chosen = None
-    for key, mean in means.items():
-        if chosen is None or is_better(mean, means[chosen]):
-            chosen = key
-    if chosen is None:
-        raise RuntimeError("round 2 completed no trial")
-    best = points[chosen][0]
-    for trial in points[chosen][1:]:
-        if is_better(trial.value, best.value):
-            best = trial
-    run_dir = Path(best.user_attrs["run_dir"])
-    return run_dir, int(json.loads((run_dir / "status.json").read_text())["best_step"])
+    wall, cpu = elapsed(), children_cpu_s() - cpu
+    model = payload["delivered_model"]
+    if model is None or not model["delivered"]:
+        raise RuntimeError(f"tuner tune delivered no model: {model and model['status']}")
+    folders = sorted(output.glob("*/*/trial-*"))
+    decided = {d["kind"]: d for d in payload["decisions"]}
+    round1 = [s for s in payload["stages"] if s["phase"] == "round-1"]
+    notes = f"max_train_steps {model['max_train_steps']}"
+    if "max_train_steps_fallback" in decided:
+        notes += " (nothing fit: the sweep's cap)"
+    notes += "; round 1 --trials " + " then ".join(str(s["trials"]) for s in round1)
+    return Delivered(
+        Path(model["checkpoint"]),
+        Path(model["run_dir"]),
+        status_steps(folders),
+        len(folders),
+        cpu,
+        wall,
+        notes,
+    )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from tuner.cli import (
     smoke_cmd,
     sweep_lr_cmd,
     train_cmd,
+    tune_cmd,
     validate_cmd,
     worker_cmd,
 )
@@ -107,6 +108,7 @@ app.command("sweep-lr", cls=TunerCommand, short_help="Find max_train_steps with 
 app.command("run-round", cls=TunerCommand, short_help="Run a tuning round on every local device.")(
     run_round_cmd.run_round
 )
+app.command("tune", cls=TunerCommand, short_help="The whole procedure within one budget.")(tune_cmd.tune)
 app.command("worker", cls=TunerCommand, short_help="Join a running phase from here.")(worker_cmd.worker)
 app.command("smoke", cls=TunerCommand, short_help="Every phase on a tiny budget (for CI).")(smoke_cmd.smoke)
 app.command("estimate", cls=TunerCommand, short_help="Estimate the search's cost and days.")(

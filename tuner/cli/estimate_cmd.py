@@ -166,8 +166,20 @@ def estimate(
     result = compute(
         loaded, storage_url=url, workers=workers, devices=gpus, probe_steps=probe_steps, announce=announce
     )
+    from tuner.cli.tune.projection import stored_plan
+
+    tuned = stored_plan(loaded, list(set_), output_dir, storage)  # None: tuner tune never ran on it
     if as_json:
-        out.print(json.dumps(result.as_json(), indent=2), markup=False)
+        payload = result.as_json()
+        if tuned is not None:
+            payload["tune"] = tuned.to_json()
+        out.print(json.dumps(payload, indent=2), markup=False)
         return
     for line in report_lines(result):
         out.print(line, markup=False)
+    if tuned is not None:
+        out.print(
+            f"tuner tune's plan within its budget of {tuned.budget_steps:,} training steps:", markup=False
+        )
+        for line in tuned.lines():
+            out.print(f"  {line}", markup=False)

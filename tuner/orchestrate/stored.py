@@ -143,6 +143,21 @@ class StorageReader:
             trials = [StoredTrial(**row) for row in adapter.select_trials(connection, study_id)]
         return StoredPhase(study, phase, direction, attrs, trials)
 
+    def study_attrs(self, optuna_name: str) -> dict[str, Any] | None:
+        """The user attributes of any Optuna study in the storage (a phase or not); None if absent."""
+        if not self.fast:
+            import optuna
+
+            try:
+                return dict(optuna.load_study(study_name=optuna_name, storage=self._public()).user_attrs)
+            except KeyError:
+                return None
+        from tuner.orchestrate import _optuna_adapter as adapter
+
+        with self._connection() as connection:
+            header = adapter.select_study(connection, optuna_name)
+        return None if header is None else header[2]
+
     def intermediate_values(
         self, study: str, phase: str, numbers: Iterable[int]
     ) -> dict[int, dict[int, float]]:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.playbook.decision_log import TuneState
 from tuner.report.best_step import TOP, BestStepResult, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
@@ -77,6 +78,7 @@ class StudyReport:
     storage: str
     phases: list[PhaseReport]  # latest first
     delivered: DeliveredModel | None = None  # over every phase of the study, whichever are shown
+    tune: TuneState | None = None  # ``tuner tune``'s decision log, when it tuned this study
 
     @property
     def suggestions(self) -> list[Suggestion]:
@@ -138,8 +140,12 @@ def _judged(findings: list[Finding]) -> bool:
 
 def build_report(data: StudyData) -> StudyReport:
     """Every diagnostic of every phase of ``data`` (already read: ``read_study``)."""
+    from tuner.playbook.decision_log import state_for
+
     reports = [_phase_report(data, phase) for phase in data.phases]
-    return StudyReport(data.study, data.storage, reports, delivered_model(data.every_phase()))
+    reader = data.reader
+    tuned = state_for(data.study, reader.optuna_study_names(), reader.study_attrs) if reader else None
+    return StudyReport(data.study, data.storage, reports, delivered_model(data.every_phase()), tuned)
 
 
 def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:

@@ -121,9 +121,25 @@ def _page(report: StudyReport, sections: list[str], plotly_js: str, plotly_versi
         f"{plotly_js}\n</script>\n</head>\n<body>\n<main>\n"
         f"<h1>{_e(report.study)}</h1>\n"
         f"<p class='meta'>tuner report: {count} · storage {_e(report.storage)} · written {written}</p>\n"
-        f"<nav>phases: {nav}</nav>\n{_delivered(report)}\n{suggestions}\n"
+        f"<nav>phases: {nav}</nav>\n{_decision_log(report)}{_delivered(report)}\n{suggestions}\n"
         + "\n".join(sections)
         + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def _decision_log(report: StudyReport) -> str:
+    """``tuner tune``'s decisions, in order: the page's first section when tune ran the study."""
+    if report.tune is None:
+        return ""
+    budget = report.tune.budget.text if report.tune.budget else "?"
+    items = "".join(
+        f"<li><code>{_e(d.kind)}</code> <span class='meta'>{_e(d.stage)}</span> {_e(d.text)}</li>"
+        for d in report.tune.decisions
+    )
+    return (
+        f"<section id='decision-log'><h2>tuner tune: decision log</h2>"
+        f"<p class='meta'>budget {_e(budget)} ({report.tune.budget_steps or 0:,} training steps)</p>"
+        f"<ol>{items}</ol></section>\n"
     )
 
 

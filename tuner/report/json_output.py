@@ -41,7 +41,11 @@ NaN or infinite become ``null``. Schema::
           "unreadable": [{"path", "problem"}]   # run-folder files the report could not read
         }
       ],
-      "suggestions": [{"key", "path", "old", "new", "drop", "reason"}]   # what --write-next applies
+      "suggestions": [{"key", "path", "old", "new", "drop", "reason"}],  # what --write-next applies
+      "tune": null | {"schema": "tuner.tune/1", "budget": {"text", "steps", "seconds"},
+                      "budget_steps": int, "switches": {...}, "stages": [{"study", "phase",
+                      "study_file", "sets", "trials", "planned_steps", "done", ...}],
+                      "decisions": [{"kind", "stage", "text", "numbers"}]}  # tuner tune's log
     }
 
 Every verdict is ``{"kind", "level": "warning"|"ok"|"info", "text", "advice", "rule", ...its
@@ -77,6 +81,7 @@ def report_json(report: StudyReport) -> dict[str, Any]:
         "delivered_model": jsonable(report.delivered),
         "phases": [_phase(p) for p in report.phases],
         "suggestions": [s.to_json() for s in report.suggestions],
+        "tune": report.tune.to_json() if report.tune is not None else None,
     }
 
 

@@ -1,0 +1,290 @@
+"""``tuner tune STUDY --budget N``: the whole procedure within one budget (issue 19, section 2).
+
+Real runs on the toy workload with budgets of a few hundred steps: round 1 of 10-step trials,
+round 2 at the full 40 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, start_tuner, toy_study
+from tests.spec_tests._support import invoke, single_error
+
+
+def tune_study(folder: Path, **round2: int) -> Path:
+    path = toy_study(folder, round1={"steps": 10, "trials": 4})
+    if round2:
+        document = yaml.safe_load(path.read_text())
+        document["rounds"]["round2"] = round2
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def state(output_dir: Path, study: str = "toy") -> dict:
+    """The tune state as the storage holds it (stages and decisions)."""
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.decision_log import load_state
+
+    loaded = load_state(open_storage(sqlite_url(output_dir, study)), study)
+    assert loaded is not None
+    return loaded.to_json()
+
+
+def trained_steps(output_dir: Path) -> int:
+    """Every run folder's trained steps (its status.json), all phases and studies."""
+    return sum(
+        int(json.loads(status.read_text()).get("step") or 0)
+        for status in output_dir.glob("*/*/trial-*/status.json")
+    )
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        ("0", "--budget 0: must be more than 0 training steps"),
+        ("abc", "--budget abc: expected training steps (e.g. 5000) or a duration (e.g. 2h, 30m, 90s)"),
+        ("2x", "--budget 2x: expected training steps (e.g. 5000) or a duration (e.g. 2h, 30m, 90s)"),
+    ],
+)
+def test_a_bad_budget_is_one_line_and_exit_2(tmp_path: Path, budget: str, expected: str) -> None:
+    path = tune_study(tmp_path)
+    result = invoke("tune", str(path), "--budget", budget, "--output-dir", str(tmp_path / "runs"))
+    assert single_error(result) == expected
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_budget_too_small_for_round_2_says_what_it_needs(tmp_path: Path) -> None:
+    path = tune_study(tmp_path)
+    result = invoke("tune", str(path), "--budget", "30", "--dry-run", "--output-dir", str(tmp_path / "runs"))
+    assert "round 2 needs at least 40 (one run of 40 steps); raise --budget" in single_error(result)
+
+
+def test_dry_run_prints_the_plan_within_the_budget_and_runs_nothing(tmp_path: Path) -> None:
+    path = tune_study(tmp_path)
+    result = invoke(
+        "tune", str(path), "--budget", "400", "--dry-run", "--json", "--output-dir", str(tmp_path / "runs")
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    phases = {p["phase"]: p for p in plan["phases"]}
+    # later rounds at the file's seeds: 3 x 40; round 1 half of the rest (a next search may follow)
+    assert phases["toy/round-1"]["trials"] == 14 and phases["toy/round-1"]["steps_per_trial"] == 10
+    # if the report suggests nothing, round 2's seeds take the reserve: 2 seeds of 3 points
+    assert phases["toy/round-2"]["steps"] == 240
+    assert plan["steps"] == 140 + 240 <= 400
+    assert not (tmp_path / "runs").exists()
+
+
+def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisions(tmp_path: Path) -> None:
+    path = tune_study(tmp_path, top_k=1)
+    output_dir = tmp_path / "runs"
+    done = run_tuner(
+        "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--json",
+        "--no-progress", "--workers", "2", "--output-dir", str(output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["plan"]["steps_ran"] <= 80
+    assert trained_steps(output_dir) <= 80
+    kinds = [d["kind"] for d in payload["decisions"]]
+    assert kinds[:2] == ["budget", "round1_trials"]
+    assert "round2_shape" in kinds and kinds[-1] == "delivered"
+    model = payload["delivered_model"]
+    assert model["delivered"] and model["phase"] == "round-2"
+    assert Path(model["checkpoint"]).is_file()
+    assert model["reproduce"].startswith("tuner train ")
+    assert model["seeds"]["seeds"] >= 1
+    assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
+    # the decision log in tuner report: --json's "tune", and the HTML page's first section
+    report = invoke("report", str(path), "--json", "--output-dir", str(output_dir))
+    assert report.exit_code == 0, report.output
+    tune = json.loads(report.stdout)["tune"]
+    assert tune["budget"]["text"] == "80" and tune["budget_steps"] == 80
+    assert [d["kind"] for d in tune["decisions"]][:2] == ["budget", "round1_trials"]
+    html = tmp_path / "report.html"
+    assert invoke("report", str(path), "--html", str(html), "--output-dir", str(output_dir)).exit_code == 0
+    page = html.read_text()
+    log, delivered = page.index("tuner tune: decision log"), page.index("<h2>delivered model")
+    assert log < delivered  # the page's first section
+    assert "round 1: 4 trials of 10 steps" in page
+    estimate = invoke("estimate", str(path), "--json", "--output-dir", str(output_dir))
+    assert estimate.exit_code == 0, estimate.output
+    plan = json.loads(estimate.stdout)["tune"]
+    assert plan["steps_ran"] == trained_steps(output_dir) <= 80 and plan["steps_to_run"] == 0
+
+
+def test_ctrl_c_then_the_same_command_continues_without_redoing_phases(tmp_path: Path) -> None:
+    path = tune_study(tmp_path, top_k=1)
+    output_dir = tmp_path / "runs"
+    args = ("tune", str(path), "--budget", "80", "--no-apply-suggestions", "--no-progress",
+            "--workers", "1", "--output-dir", str(output_dir))  # fmt: skip
+    first = start_tuner(*args)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until round 1 is done: the state says so
+        if (output_dir / "toy" / "study.db").exists():
+            try:
+                stages = state(output_dir)["stages"]
+            except Exception:  # the storage is being created
+                stages = []
+            if any(s["phase"] == "round-1" and s["done"] for s in stages):
+                break
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=120) in (130, 0)  # 0: it had finished round 2 before the signal came
+    round1 = next(s for s in state(output_dir)["stages"] if s["phase"] == "round-1")
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stderr
+    assert "toy/round-1: done in an earlier run, not run again" in again.stdout
+    assert "delivered    val/error_rate" in again.stdout
+    from tests.orchestrate_tests.conftest import load_phase
+
+    trials = load_phase(sqlite_url(output_dir), "toy", "round-1").get_trials(deepcopy=False)
+    assert len(trials) == round1["trials"]  # not one trial more: round 1 ran once
+    decisions = [d["kind"] for d in state(output_dir)["decisions"]]
+    assert decisions.count("round1_trials") == 1  # decided once, not again on the re-run
+    assert trained_steps(output_dir) <= 80
+
+
+def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: Path) -> None:
+    """Round 1 (built, not trained: 8 trials whose error falls as the LR rises to the top of
+    [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,
+    searches it with a round 1 of its own, and delivers round 2 of that study."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    phase = built.start("round-1")
+    positions = [0.04, 0.16, 0.29, 0.41, 0.53, 0.66, 0.78, 0.92]
+    for slot, (u, rank) in enumerate(zip(positions, [8, 7, 6, 5, 4, 3, 2, 1], strict=True)):
+        add_trial(phase, slot, 0.1 * rank, {"optimizer.lr": 0.01 * 100**u}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10)
+    save_state(
+        open_storage(built.storage_url),
+        "toy",
+        TuneState(parse_budget("200"), 200, [first], [Decision("budget", "toy", "budget 200", {})]),
+    )
+    done = run_tuner(
+        "tune", str(built.path), "--budget", "200", "--json", "--no-progress", "--workers", "1",
+        "--output-dir", str(built.output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
+    assert applied["stage"] == "toy/round-1"
+    assert any(
+        change.startswith("search_space.optimizer.lr.high") for change in applied["numbers"]["changes"]
+    )
+    assert "search_space.optimizer.lr.high 1.0 -> " in applied["text"]
+    following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
+    assert following["name"] == "toy-2" and following["search_space"]["optimizer.lr"]["high"] > 1.0
+    assert [s["study"] + "/" + s["phase"] for s in payload["stages"]] == [
+        "toy/round-1",
+        "toy-2/round-1",
+        "toy-2/round-2",
+    ]
+    assert payload["stages"][1]["trials"] == 4  # (200 - 80 - round 2's 2 seeds x 40) / 10 steps
+    assert payload["delivered_model"]["seeds"]["seeds"] == 2  # half the budget holds 2 seeds
+    assert payload["delivered_model"]["phase"] == "round-2"
+    assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
+    assert payload["plan"]["steps_ran"] <= 200
+    assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
+    # the report of the study that delivers the model (the next one, its own storage) has the log
+    report = invoke("report", applied["numbers"]["file"], "--json", "--output-dir", str(built.output_dir))
+    assert report.exit_code == 0, report.output
+    logged = json.loads(report.stdout)["tune"]["decisions"]
+    assert [d["kind"] for d in logged] == [d["kind"] for d in payload["decisions"]]
+
+
+def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path) -> None:
+    """Round 1 done (built) in an earlier run: ``tune --dry-run`` and ``tuner estimate`` plan the
+    rest alike, from what ran plus what is planned."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8})
+    phase = built.start("round-1")
+    for slot in range(6):  # 6 of the 8 trials ran
+        add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 80, steps_per_trial=10)
+    state = TuneState(parse_budget("400"), 400, [first], [Decision("budget", "toy", "budget 400", {})])
+    save_state(open_storage(built.storage_url), "toy", state)
+    common = ("--output-dir", str(built.output_dir), "--json")
+    dry = invoke("tune", str(built.path), "--budget", "400", "--dry-run", *common)
+    assert dry.exit_code == 0, dry.output
+    planned = json.loads(dry.stdout)["plan"]
+    estimate = invoke("estimate", str(built.path), *common)
+    assert estimate.exit_code == 0, estimate.output
+    assert json.loads(estimate.stdout)["tune"] == planned
+    phases = {p["phase"]: p for p in planned["phases"]}
+    assert phases["toy/round-1"]["steps_ran"] == 60 and phases["toy/round-1"]["steps_to_run"] == 20
+    # round 2 takes the rest: 400 - 80 = 320, 3 points x 2 seeds x 40 steps; more points if whole
+    assert phases["toy/round-2"]["steps"] == 320 and planned["steps"] == 400
+
+
+def _sweep_study(folder: Path) -> Path:
+    """The toy study leaving max_train_steps to sweep-lr: 3 LRs capped at 100 steps each."""
+    path = tune_study(folder)
+    document = yaml.safe_load(path.read_text())
+    del document["training"]["max_train_steps"]
+    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0], "max_steps": 100}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_the_sweep_is_capped_to_its_share_and_the_rounds_sized_after_it(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    result = invoke(
+        "tune", str(path), "--budget", "500", "--dry-run", "--json", "--output-dir", str(tmp_path / "runs")
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    sweep, *rounds = plan["phases"]
+    # 3 x 100 steps would exceed 20% of 500: each LR capped at 100 // 3 on the eval grid (10)
+    assert (sweep["phase"], sweep["trials"], sweep["steps_per_trial"]) == ("toy/sweep-lr", 3, 30)
+    assert sweep["upper_bound"] and sweep["steps"] == 90
+    assert [r["steps"] for r in rounds] == [None, None] and not plan["complete"]
+
+
+def test_no_sweep_without_a_known_length_is_one_line(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    result = invoke(
+        "tune", str(path), "--budget", "500", "--no-sweep", "--output-dir", str(tmp_path / "runs")
+    )
+    assert "--no-sweep skips tuner sweep-lr" in single_error(result)
+
+
+def test_an_unknown_length_runs_the_sweep_first_and_the_rounds_at_its_answer(tmp_path: Path) -> None:
+    path = _sweep_study(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["sweep_lr"]["max_steps"] = 10
+    document["rounds"]["round2"] = {"top_k": 1}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    output_dir = tmp_path / "runs"
+    done = run_tuner(
+        "tune", str(path), "--budget", "150", "--no-apply-suggestions", "--json", "--no-progress",
+        "--workers", "2", "--output-dir", str(output_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert [s["phase"] for s in payload["stages"]] == ["sweep-lr", "round-1", "round-2"]
+    sweep = payload["decisions"][1]
+    assert sweep["kind"] == "sweep_planned" and sweep["numbers"]["steps"] == 30  # 3 LRs x 10 <= 20%
+    fallback = [d for d in payload["decisions"] if d["kind"] == "max_train_steps_fallback"]
+    length = fallback[0]["numbers"]["max_train_steps"] if fallback else None
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.study_results import stored_recommendation
+
+    length = length or stored_recommendation(open_storage(sqlite_url(output_dir)), "toy")
+    assert payload["delivered_model"]["max_train_steps"] == length  # round 2 at the sweep's answer
+    assert payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 150

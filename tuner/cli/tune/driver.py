@@ -1,0 +1,194 @@
+"""The ``tuner tune`` loop: sweep-lr when ``max_train_steps`` is unknown, round 1, the report (its
+suggestions applied to a next study file, whose round 1 then runs), the later rounds, the model.
+
+Each phase is decided once (``tuner.playbook.tune_plan``: the budget rule), stored as a stage with
+its decision in the study's storage, then run as ``sweep-lr`` / ``run-round`` run it (the same
+``run_phase``). Ctrl-C stops the phase as it stops ``run-round`` (exit 130); running the same
+command again reads the stages back, skips the finished ones and continues the others as decided.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.cli.tune.context import TuneContext, TuneRequest
+from tuner.cli.tune.studies import base_sets, current_study, production
+from tuner.errors import UsageError
+from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
+from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
+from tuner.spec import LoadedStudy
+
+
+def open_context(request: TuneRequest) -> TuneContext:
+    """The study, its storage (not created for ``--dry-run``) and the state a previous run left."""
+    from tuner.orchestrate import resolve_storage_url
+    from tuner.spec import load_study
+    from tuner.workloads import check_study
+
+    loaded = load_study(request.path, request.sets)
+    check_study(loaded)
+    spec = loaded.spec
+    url = request.storage or resolve_storage_url(spec.storage, request.output_dir, spec.name)
+    context = TuneContext(request, loaded, url, TuneState(budget=request.budget))
+    stored = load_state(context.storage_of(loaded, create=False), spec.name)
+    if stored is not None:
+        if stored.budget is not None and not stored.budget.same_as(request.budget):
+            raise UsageError(
+                f"{spec.name} is being tuned with --budget {stored.budget.text}; run the same command "
+                f"to continue it (a new budget needs another --output-dir / --storage)"
+            )
+        context.state = stored
+    return context
+
+
+def run_stage(context: TuneContext, stage: Stage) -> None:
+    """Run the stage's phase as ``sweep-lr`` / ``run-round`` would (``typer.Exit`` on Ctrl-C or a
+    spent failure budget), then mark it done."""
+    from tuner.cli._phase_run import PhaseRequest, run_phase
+
+    if stage.done:
+        context.say(f"{stage.key}: done in an earlier run, not run again")
+        return
+    request = context.request
+    before = None
+    if stage.phase == SWEEP_PHASE:
+        from tuner.cli.sweep_lr_cmd import show_result
+
+        def before(outcome):  # type: ignore[no-untyped-def]
+            show_result(outcome, as_json=False)
+
+    run_phase(
+        PhaseRequest(
+            path=Path(stage.study_file),
+            phase=stage.phase,
+            set_=stage.sets,
+            output_dir=request.output_dir,
+            workers=request.workers,
+            devices=request.devices,
+            storage=request.storage,
+            progress=request.progress,
+            budget={"max_trials": stage.trials if stage.phase == round_phase(1) else None},
+        ),
+        before_summary=before,
+    )
+    stage.done = True
+    context.save()
+
+
+def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
+    """sweep-lr within its share; the production length it found (or its cap, said in the log)."""
+    from tuner.playbook.tune_plan import sweep_decision
+
+    spec = loaded.spec
+    stage = context.state.stage(spec.name, SWEEP_PHASE)
+    if stage is None:
+        if not context.request.switches.sweep:
+            raise UsageError(
+                "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
+                "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
+            )
+        stage, decision = sweep_decision(loaded, context.budget_steps, base_sets(context))
+        context.record(stage, decision)
+    run_stage(context, stage)
+    found = production(context, loaded)
+    if found is not None:
+        return found
+    cap = int(next(d for d in context.state.decisions if d.stage == stage.key).numbers["cap"])
+    context.decide(
+        Decision(
+            "max_train_steps_fallback",
+            stage.key,
+            f"sweep-lr: no LR fit the training set within {cap} steps: the rounds train "
+            f"max_train_steps {cap}, the longest the sweep tried (compute-bound: longer keeps helping)",
+            {"max_train_steps": cap},
+        )
+    )
+    return cap
+
+
+def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
+    from tuner.playbook.tune_plan import round1_decision
+
+    spec = loaded.spec
+    stage = context.state.stage(spec.name, round_phase(1))
+    if stage is None:
+        switches = context.request.switches
+        searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
+        keep = switches.apply_suggestions and searches < switches.max_searches
+        sets = base_sets(context)  # a next study carries its changes in its own file
+        stage, decision = round1_decision(
+            loaded,
+            length,
+            context.left(),
+            sets,
+            keep_reserve=keep,
+            search=searches,
+            budget=context.budget_steps,
+        )
+        context.record(stage, decision)
+    run_stage(context, stage)
+
+
+def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
+    from tuner.playbook.tune_plan import later_decisions
+
+    spec = loaded.spec
+    numbers = [n for n in spec.rounds.numbers if n >= 2]
+    if numbers and context.state.stage(spec.name, round_phase(numbers[0])) is None:
+        sets = base_sets(context)  # a next study carries its changes in its own file
+        decided = later_decisions(
+            loaded,
+            length,
+            context.left(),
+            sets,
+            fill_seeds=context.request.switches.extra_seeds,
+            round1_trials=_completed(context, loaded, round_phase(1)),
+        )
+        for stage, decision in decided:
+            context.record(stage, decision)
+    for number in numbers:
+        stage = context.state.stage(spec.name, round_phase(number))
+        assert stage is not None
+        run_stage(context, stage)
+
+
+def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
+    """The phase's completed trials: round 2 can take at most that many points."""
+    from optuna.trial import TrialState
+
+    from tuner.playbook.estimate import load_stored_phase
+
+    stored = load_stored_phase(context.storage_of(loaded), loaded.spec.name, phase)
+    return sum(1 for t in stored.trials if t.state == TrialState.COMPLETE) if stored else 0
+
+
+def drive(context: TuneContext) -> LoadedStudy:
+    """Run every phase to the delivered model; returns the study that delivers it."""
+    from tuner.cli.tune.suggestions import log_transfer, next_study
+
+    if not context.state.decisions:
+        context.decide(
+            Decision(
+                "budget",
+                context.home.spec.name,
+                f"budget {context.budget_steps:,} training steps ({context.request.budget.text}); "
+                "split: sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds "
+                "them), round 1 the rest "
+                "(half while a next search may follow), round 2's seeds then fill what is left",
+                {"steps": context.budget_steps, "text": context.request.budget.text},
+            )
+        )
+    loaded = current_study(context)
+    while True:
+        length = production(context, loaded)
+        if length is None:
+            length = sweep(context, loaded)
+            loaded = current_study(context)
+        round1(context, loaded, length)
+        following = next_study(context, loaded)
+        if following is None:
+            break
+        loaded = following
+    later_rounds(context, loaded, length)
+    log_transfer(context, loaded)
+    return loaded

@@ -1,0 +1,111 @@
+"""The plan of ``tuner tune`` with its step totals, taken ahead without running or writing
+anything: what ran (the stages stored, their trained steps read from the storage) plus what the
+same decisions as the driver's would plan next, assuming round 1's report suggests no change
+(then round 2's seeds take the reserve). ``--dry-run`` prints it; ``tuner estimate`` too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.cli.tune.context import TuneContext
+from tuner.playbook.budget import Budget
+from tuner.playbook.decision_log import Stage, TuneState
+from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
+from tuner.playbook.tune_plan import (
+    PlannedPhase,
+    TunePlan,
+    later_decisions,
+    round1_decision,
+    sweep_decision,
+)
+from tuner.spec import LoadedStudy
+
+
+def _trials(stage: Stage) -> int | None:
+    if stage.trials is not None:
+        return stage.trials
+    return stage.planned_steps // stage.steps_per_trial if stage.steps_per_trial else None
+
+
+def _planned(stage: Stage) -> PlannedPhase:
+    return PlannedPhase(
+        stage.key, _trials(stage), stage.steps_per_trial, 0, stage.planned_steps, stage.upper_bound
+    )
+
+
+def project(context: TuneContext) -> TunePlan:
+    from tuner.cli.tune.studies import base_sets, current_study, production
+
+    plan = TunePlan(context.budget_steps)
+    committed = 0
+    for stage in context.state.stages:
+        ran = context.steps_of(stage)
+        to_run = 0 if stage.done else max(0, stage.planned_steps - ran)
+        committed += ran + to_run
+        plan.phases.append(
+            PlannedPhase(
+                stage.key, _trials(stage), stage.steps_per_trial, ran, to_run, stage.upper_bound, stage.done
+            )
+        )
+    left = context.budget_steps - committed
+    loaded = current_study(context)
+    name = loaded.spec.name
+    switches = context.request.switches
+    sets = base_sets(context)
+    length = production(context, loaded)
+    if length is None:
+        if context.state.stage(name, SWEEP_PHASE) is None:
+            stage, _ = sweep_decision(loaded, context.budget_steps, sets)
+            plan.phases.append(_planned(stage))
+        for number in loaded.spec.rounds.numbers:
+            plan.phases.append(PlannedPhase(f"{name}/{round_phase(number)}", None, None, 0, None))
+        return plan
+    round1_trials = None
+    if context.state.stage(name, round_phase(1)) is None:
+        searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
+        keep = switches.apply_suggestions and searches < switches.max_searches
+        stage, decision = round1_decision(
+            loaded, length, left, sets, keep_reserve=keep, search=searches, budget=context.budget_steps
+        )
+        plan.phases.append(_planned(stage))
+        left -= stage.planned_steps
+        round1_trials = stage.trials
+        if decision.numbers.get("reserve"):
+            plan.notes.append(
+                f"round 1 keeps {decision.numbers['reserve']:,} steps for a search on its report's "
+                "suggestions; if it suggests none, round 2's seeds take them (as planned here)"
+            )
+    later = [n for n in loaded.spec.rounds.numbers if n >= 2]
+    if later and context.state.stage(name, round_phase(later[0])) is None:
+        first = context.state.stage(name, round_phase(1))
+        trials = first.trials if first is not None else round1_trials
+        decided = later_decisions(
+            loaded, length, left, sets, fill_seeds=switches.extra_seeds, round1_trials=trials
+        )
+        for stage, _ in decided:
+            plan.phases.append(_planned(stage))
+    return plan
+
+
+def stored_plan(
+    loaded: LoadedStudy, sets: list[str], output_dir: Path, storage: str | None
+) -> TunePlan | None:
+    """The plan of a study ``tune`` has run on (its budget and flags as stored), for ``tuner
+    estimate``; None if ``tune`` never ran on it. Reads only: nothing is created."""
+    from tuner.cli.tune.context import TuneContext, TuneRequest
+    from tuner.orchestrate import resolve_storage_url
+    from tuner.playbook.decision_log import load_state
+    from tuner.playbook.tune_plan import Switches
+
+    spec = loaded.spec
+    url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+    probe = TuneContext(
+        TuneRequest(loaded.path, Budget("0", steps=1), sets, output_dir, storage), loaded, url, TuneState()
+    )
+    state = load_state(probe.storage_of(loaded, create=False), spec.name)
+    if state is None or state.budget is None or state.budget_steps is None:
+        return None
+    switches = Switches(**state.switches) if state.switches else Switches()
+    request = TuneRequest(loaded.path, state.budget, sets, output_dir, storage, switches=switches)
+    context = TuneContext(request, loaded, url, state, state.budget_steps, probe.storages)
+    return project(context)

@@ -1,0 +1,36 @@
+"""Which study ``tune`` is on and with which ``--set`` values: shared by the driver, the
+suggestions step and the projection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.cli.tune.context import TuneContext
+from tuner.spec import LoadedStudy
+
+
+def base_sets(context: TuneContext) -> list[str]:
+    """The user's ``--set`` values, and ``max_train_steps`` when the sweep found none (its cap)."""
+    sets = list(context.request.sets)
+    fallback = next((d for d in context.state.decisions if d.kind == "max_train_steps_fallback"), None)
+    if fallback is not None:
+        sets.append(f"max_train_steps={fallback.numbers['max_train_steps']}")
+    return sets
+
+
+def current_study(context: TuneContext) -> LoadedStudy:
+    """The study being tuned now: the last one a stage ran (a next study tune wrote), else the user's."""
+    from tuner.spec import load_study
+
+    if not context.state.stages:
+        return context.home
+    last = context.state.stages[-1]
+    if last.study == context.home.spec.name:
+        return load_study(context.home.path, base_sets(context))
+    return load_study(Path(last.study_file), base_sets(context))
+
+
+def production(context: TuneContext, loaded: LoadedStudy) -> int | None:
+    from tuner.playbook.trial_lengths import production_length
+
+    return production_length(loaded.spec, context.storage_of(loaded, create=False)).steps

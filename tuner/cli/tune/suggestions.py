@@ -1,0 +1,158 @@
+"""Between rounds: the report's suggestions on round 1, applied the way ``--write-next`` applies
+them (a range moved off an edge, ``max_train_steps`` from the best steps, ``eval_every``, a
+categorical value dropped), to a next study file that ``tune`` then searches with its own round 1.
+
+A changed study cannot continue the old study's phases (workers refuse a changed file), so the
+next study has its own name and phases (``digits-mlp`` -> ``digits-mlp-2``), its file written in
+``<output>/<study>/tune/``. It is searched only when what is left of the budget holds a round 1
+of at least ``MIN_SEARCH_TRIALS`` trials besides the later rounds; else the log says why not and
+round 2 runs on the first study's round 1. Decided once: a re-run reads the decision back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.errors import UsageError
+from tuner.playbook.budget import MIN_SEARCH_TRIALS, shape_rounds
+from tuner.playbook.decision_log import Decision
+from tuner.playbook.phase_names import round_phase
+
+if TYPE_CHECKING:
+    from tuner.cli.tune.context import TuneContext
+    from tuner.report.build import StudyReport
+    from tuner.report.findings import Suggestion
+    from tuner.spec import LoadedStudy
+
+KINDS = ("suggestions_applied", "suggestions_none", "suggestions_not_applied")
+
+
+def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
+    """The next study to search (its file written), or None: round 2 follows on ``loaded``."""
+    from tuner.cli.tune.studies import base_sets
+    from tuner.spec import load_study
+
+    stage_key = f"{loaded.spec.name}/{round_phase(1)}"
+    earlier = next((d for d in context.state.decisions if d.stage == stage_key and d.kind in KINDS), None)
+    if earlier is not None:
+        if earlier.kind != "suggestions_applied":
+            return None
+        return load_study(Path(earlier.numbers["file"]), base_sets(context))
+    suggestions, report = _suggestions(context, loaded)
+    switches = context.request.switches
+    searches = sum(1 for s in context.state.stages if s.phase == round_phase(1))
+    listed = "; ".join(
+        f"{s.key} {s.old} -> {s.new}" if s.drop is None else f"{s.key} drop {s.drop}" for s in suggestions
+    )
+    if not suggestions:
+        context.decide(
+            Decision(
+                "suggestions_none",
+                stage_key,
+                "round 1's report suggests no change to the study: the later rounds next",
+            )
+        )
+        return None
+    why_not = ""
+    if not switches.apply_suggestions:
+        why_not = "--no-apply-suggestions"
+    elif searches >= switches.max_searches:
+        why_not = f"--max-searches {switches.max_searches} reached"
+    if why_not:
+        return _not_applied(context, stage_key, listed, why_not)
+    destination = _destination(context, loaded)
+    from tuner.report.next_study import write_next_study
+
+    written = write_next_study(loaded.path, report, destination)
+    if not written.written:
+        return _not_applied(context, stage_key, listed, written.nothing)
+    following = load_study(destination, base_sets(context))
+    try:
+        _check_fits(context, following)
+    except UsageError as error:
+        destination.unlink(missing_ok=True)
+        return _not_applied(context, stage_key, listed, f"no room for another search: {error}")
+    context.decide(
+        Decision(
+            "suggestions_applied",
+            stage_key,
+            f"round 1's report suggests {listed}: applied in {destination} "
+            f"({written.old_name} -> {written.name}), which round 1 searches next",
+            {"file": str(destination), "study": written.name, "changes": written.changes},
+        )
+    )
+    return following
+
+
+def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) -> None:
+    context.decide(
+        Decision(
+            "suggestions_not_applied",
+            stage_key,
+            f"round 1's report suggests {listed}; not applied ({why}): the later rounds next",
+            {"why": why},
+        )
+    )
+    return None
+
+
+def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list[Suggestion], StudyReport]:
+    from tuner.orchestrate.stored import open_reader
+    from tuner.report import build_report, read_study
+
+    with open_reader(context.url_of(loaded)) as reader:
+        report = build_report(read_study(reader, loaded.spec.name))
+    return list(report.suggestions), report
+
+
+def _destination(context: TuneContext, loaded: LoadedStudy) -> Path:
+    from tuner.output import phase_dir
+    from tuner.report.next_study import next_name, written_by_us
+
+    name = next_name(loaded.spec.name, generated=written_by_us(loaded.path))
+    folder = phase_dir(context.request.output_dir, context.home.spec.name, "tune")
+    return folder / f"{name}.yaml"
+
+
+def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
+    """A round 1 of at least ``MIN_SEARCH_TRIALS`` trials and the later rounds fit what is left."""
+    from tuner.cli.tune.studies import production
+    from tuner.playbook.tune_plan import later_rounds_of, round1_length
+
+    length = production(context, following)
+    if length is None:
+        raise UsageError("the next study's max_train_steps is unknown")
+    first = round1_length(following, length)
+    shape_rounds(
+        context.left(),
+        first,
+        later_rounds_of(following, length, first),
+        keep_reserve=False,
+        min_trials=MIN_SEARCH_TRIALS,
+        budget=context.budget_steps,
+    )
+
+
+def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
+    """After the last round: its transfer verdict from the report, in the decision log. Its
+    seeds were raised before it ran (the budget rule), so a weak transfer is said with the steps
+    left, not acted on by a further round."""
+    later = [n for n in loaded.spec.rounds.numbers if n >= 2]
+    if not later:
+        return
+    stage_key = f"{loaded.spec.name}/{round_phase(later[-1])}"
+    if any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
+        return
+    _, report = _suggestions(context, loaded)
+    phase = next((p for p in report.phases if p.data.phase == round_phase(later[-1])), None)
+    if phase is None or phase.transfer is None:
+        return
+    verdict = next((f for f in phase.transfer.findings if f.kind == "rank_correlation"), None)
+    if verdict is None:
+        return
+    quality = getattr(verdict, "quality", "")
+    text = f"{round_phase(later[-1])}'s transfer: {quality}: {verdict.text}"
+    if quality in ("weak", "reversed"):
+        text += f"; {max(context.left(), 0):,} steps left: no further round (more seeds need a larger budget)"
+    context.decide(Decision("transfer", stage_key, text, {"quality": quality}))

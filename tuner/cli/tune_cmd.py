@@ -1,0 +1,182 @@
+"""``tuner tune STUDY --budget N``: the whole procedure within one budget, as one resumable command.
+
+sweep-lr when ``max_train_steps`` is unknown, round 1, the report (its suggestions applied to a
+next study, searched by its own round 1), round 2 (and 3...), then the delivered model. The
+budget rule is the playbook's (``tuner/playbook/budget.py``); the loop is ``tuner/cli/tune``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from tuner.cli._errors import guarded
+
+if TYPE_CHECKING:
+    from tuner.cli.tune.context import TuneContext
+
+
+def budget_in_steps(context: TuneContext) -> int:
+    """The budget in training steps: as given, or a duration converted once (then stored) at the
+    seconds per step of a short probe here (``tuner estimate``'s: steps, evals, and a trial's
+    start-up spread over round 1's length, else 100 steps), with as many trials side by side as
+    workers. A rough conversion, said in the log; a budget in steps is exact."""
+    budget = context.request.budget
+    if budget.steps is not None:
+        return budget.steps
+    if context.state.budget_steps is not None:
+        return context.state.budget_steps
+    from tuner.playbook.budget import steps_for_duration
+    from tuner.playbook.estimate import plan_workers, probe_cost
+
+    spec = context.home.spec
+    request = context.request
+    devices = request.devices.split(",") if request.devices else None
+    workers = plan_workers(
+        workers=request.workers,
+        devices=devices,
+        max_parallel=None,
+        budget=10**6,
+        processes_per_trial=spec.training.processes_per_trial,
+    )
+    cost = probe_cost(context.home, threads=workers.threads, device=workers.device)
+    # a trial's start-up, spread over the steps of a short trial (round 1's: most trials are)
+    trial = spec.rounds.round1.steps or max(spec.training.eval_every, 100)
+    per_step = cost.seconds_per_step(spec.training.eval_every) + cost.startup_s / trial
+    assert budget.seconds is not None
+    steps = steps_for_duration(budget.seconds, per_step, len(workers.labels))
+    context.say(
+        f"budget {budget.text} = {steps:,} training steps at {per_step:.3g} s a step (a probe here, "
+        f"start-up included) on {len(workers.labels)} workers"
+    )
+    return steps
+
+
+def refuse_no_sweep_without_length(context: TuneContext) -> None:
+    """``--no-sweep`` on a study whose ``max_train_steps`` nothing gives: refused before anything
+    is written (a study that ``tune`` has started keeps the stages it decided)."""
+    from tuner.cli.tune.studies import base_sets, production
+    from tuner.errors import UsageError
+    from tuner.spec import load_study
+
+    if context.request.switches.sweep:
+        return
+    loaded = load_study(context.home.path, base_sets(context))
+    if production(context, loaded) is None and not context.state.stages:
+        raise UsageError(
+            "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
+            "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
+        )
+
+
+@guarded
+def tune(
+    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    budget: str = typer.Option(
+        ...,
+        "--budget",
+        metavar="N",
+        help="Training steps for everything (e.g. 5000), or a duration (2h, 30m).",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and its step totals; run nothing."),
+    no_sweep: bool = typer.Option(
+        False, "--no-sweep", help="Never run sweep-lr (max_train_steps must be known)."
+    ),
+    no_apply: bool = typer.Option(
+        False, "--no-apply-suggestions", help="Report round 1's suggestions, but search no next study."
+    ),
+    no_extra_seeds: bool = typer.Option(
+        False, "--no-extra-seeds", help="Round 2 keeps the file's seeds (the rest of the budget unspent)."
+    ),
+    max_searches: int = typer.Option(
+        2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
+    ),
+    output_dir: Path = typer.Option(
+        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
+    ),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        metavar="URL",
+        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="End with the decision log and the model as JSON."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
+) -> None:
+    """Tune a study within one budget: sweep-lr, round 1, the report's suggestions, round 2, the model."""
+    from tuner.cli.tune.context import TuneRequest
+    from tuner.cli.tune.driver import drive, open_context
+    from tuner.cli.tune.projection import project
+    from tuner.errors import UsageError
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.tune_plan import Switches
+
+    parsed = parse_budget(budget)
+    if max_searches < 1:
+        raise UsageError(f"--max-searches {max_searches}: at least 1 (round 1 of the study itself)")
+    request = TuneRequest(
+        path=path,
+        budget=parsed,
+        sets=list(set_),
+        output_dir=output_dir,
+        storage=storage,
+        workers=workers,
+        devices=devices,
+        switches=Switches(not no_sweep, not no_apply, not no_extra_seeds, max_searches),
+        dry_run=dry_run,
+        as_json=as_json,
+        progress=progress,
+    )
+    context = open_context(request)
+    refuse_no_sweep_without_length(context)
+    context.budget_steps = budget_in_steps(context)
+    if dry_run:
+        plan = project(context)
+        if as_json:
+            typer.echo(json.dumps({"schema": "tuner.tune/1", "plan": plan.to_json()}, indent=2))
+            return
+        context.say(
+            f"plan for {context.home.spec.name} within {context.budget_steps:,} training steps (nothing run)"
+        )
+        for line in plan.lines():
+            context.console.print(line, markup=False, highlight=False)
+        return
+    context.state.budget_steps = context.budget_steps
+    context.state.switches = asdict(request.switches)
+    context.save()
+    from tuner.cli._console import out
+    from tuner.cli.tune.deliver import deliver
+
+    was_quiet = out.quiet
+    out.quiet = was_quiet or as_json  # stdout holds the JSON alone; the phases' summaries are in it
+    try:
+        final = drive(context)
+    finally:
+        out.quiet = was_quiet
+    plan = project(context)
+    context.say(
+        f"spent {plan.steps_ran:,} of {context.budget_steps:,} training steps "
+        f"({', '.join(f'{p.stage} {p.steps_ran:,}' for p in plan.phases)})"
+    )
+    model = deliver(context, final)
+    if as_json:
+        payload = {
+            "schema": "tuner.tune/1",
+            **context.state.to_json(),
+            "plan": plan.to_json(),
+            "delivered_model": model.to_json() if model is not None else None,
+        }
+        typer.echo(json.dumps(payload, indent=2, allow_nan=False, default=str))
