@@ -46,6 +46,7 @@ def _kill_what_the_test_started() -> Iterator[None]:
 SLOWEST_FILES = (
     "benchmarks_tests/test_outcome.py",  # --quick: ~190 CPU s of process starts and training
     "orchestrate_tests/test_round1.py",
+    "cli_tests/test_tune.py",
     "orchestrate_tests/test_scale.py",
     "orchestrate_tests/test_chaos.py",
     "orchestrate_tests/test_preemption.py",
@@ -53,6 +54,7 @@ SLOWEST_FILES = (
     "orchestrate_tests/test_storage_outage.py",
     "orchestrate_tests/test_disk_full.py",
     "playbook_tests/test_sweep_lr_command.py",
+    "playbook_tests/test_sweep_lr_stops.py",
     "orchestrate_tests/test_stop_signals.py",
     "orchestrate_tests/test_view_faults.py",
     "train_tests/test_cli_resume.py",
