@@ -127,7 +127,10 @@ def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -
     folder.mkdir(parents=True, exist_ok=False)
     workers = 1 if quick else WORKERS  # --quick: fewer process starts (~3 CPU s each here)
     if contender == "tuner":
-        delivered = run_tuner(document, folder, budget, workers)
+        # --quick keeps the study's max_train_steps (--no-sweep): within a tiny budget nothing fits
+        # the noisy labels, the rounds would train at the sweep's 10-step cap and round 1 would be
+        # ~35 trials of 5 steps (about a CPU minute here); the sweep path is in tests/cli_tests/test_tune.py
+        delivered = run_tuner(document, folder, budget, workers, sweep=not quick)
     else:
         delivered = run_plain(PLAIN[contender], document, folder, budget, seed, workers)
     return RunRecord(

@@ -67,7 +67,9 @@ def _cli(*args: str, workers: int) -> str:
     return done.stdout
 
 
-def run_tuner(document: dict[str, Any], folder: Path, budget: int, workers: int = WORKERS) -> Delivered:
+def run_tuner(
+    document: dict[str, Any], folder: Path, budget: int, workers: int = WORKERS, *, sweep: bool = True
+) -> Delivered:
     """``tuner tune --budget``: the whole procedure in one command (sweep-lr, round 1, the
     report's suggestions, round 2), its budget split by tuner's own rule; the model it delivers
     (``--json``'s ``delivered_model``: the one rule of ``tuner report``).
@@ -75,7 +77,8 @@ def run_tuner(document: dict[str, Any], folder: Path, budget: int, workers: int 
     The study file leaves ``max_train_steps`` to sweep-lr; when no LR fits within the sweep's
     share, tune trains the rounds at the sweep's cap (its decision log says so).
     """
-    document["training"].pop("max_train_steps")
+    if sweep:
+        document["training"].pop("max_train_steps")
     study = folder / "study.yaml"
     study.write_text(yaml.safe_dump(document, sort_keys=False))
     output = folder / "runs"
@@ -89,6 +92,7 @@ def run_tuner(document: dict[str, Any], folder: Path, budget: int, workers: int 
             "--output-dir",
             str(output),
             "--json",
+            *(() if sweep else ("--no-sweep",)),
             workers=workers,
         )
     )
