@@ -255,6 +255,28 @@ def test_nothing_fits_gives_the_best_value_and_the_compute_bound_path():
     assert any("not within 2000 steps" in line for line in render_lines(result, "train/accuracy", 1.0, 2000))
 
 
+@pytest.mark.parametrize(
+    ("best_step", "length"),
+    [(100, 200), (130, 300), (1000, 2000), (1001, None), (1900, None), (None, None)],
+)
+def test_nothing_fits_with_an_early_best_step_gives_2x_it_at_and_below_half_the_cap(
+    best_step: int | None, length: int | None
+) -> None:
+    """Noisy labels: nothing fits within the cap, but validation was best long before it (at or
+    before half of it, inclusive): the length that follows is 2 x that best step, on the eval grid
+    (130 -> 260 -> 300), from the LR that came closest to fitting; past half the cap, none."""
+    trials = [
+        trial(0.0001, NOT_FIT, value=0.62, best_step=1900),
+        trial(0.001, NOT_FIT, value=0.934, best_step=best_step),
+        trial(0.01, NOT_FIT, value=0.9, best_step=50),
+    ]
+    nothing = only(analyze(trials, grid=[0.0001, 0.001, 0.01], max_steps=2000), NothingFits)
+    assert (nothing.best_lr, nothing.best_step, nothing.noisy_labels_steps) == (0.001, best_step, length)
+    said = f"{length} steps (2 x that best step)"
+    assert (said in nothing.text) == (length is not None), nothing.text
+    assert (f"--set max_train_steps={length}" in nothing.advice) == (length is not None), nothing.advice
+
+
 def test_diverged_above_a_point_is_a_frontier():
     grid = [0.001, 0.00316, 0.01, 0.0316, 0.1, 0.316]
     trials = [trial(0.001, NOT_FIT), trial(0.00316, FIT, 700), trial(0.01, FIT, 400), trial(0.0316, FIT, 600)]

@@ -325,16 +325,36 @@ def analyze_sweep(
             if partly
             else ""
         )
+        best_step = best_row.median_best_step if best_row is not None else None
+        noisy = (
+            max(eval_every, math.ceil(2 * best_step / eval_every) * eval_every)
+            if best_step is not None and best_step <= BEST_BEFORE_FIT * max_steps
+            else None
+        )
+        early = (
+            f" With lr {format_lr(best_row.lr)}, {objective} was best at step {steps_text(best_step)}, long "
+            f"before the cap: more steps memorised rather than generalised (as with noisy labels), so "
+            f"{noisy} steps (2 x that best step) is the length that follows"
+            if noisy is not None and best_row is not None and best_step is not None
+            else ""
+        )
         verdicts.append(
             NothingFits(
                 max_steps=max_steps,
                 best_lr=best_row.lr if best_row is not None else None,
                 best_value=best_value,
                 partly_fit_lrs=partly,
+                best_step=best_step,
+                noisy_labels_steps=noisy,
                 text=f"no LR fit the training set ({criterion}) within {max_steps} steps{reached}{partial}. "
                 "Either sweep_lr.max_steps is too short or training is compute-bound (the playbook: then "
-                "train as long as you can afford, and tune on runs of ~10-25% of that length)",
-                advice="set training.max_train_steps to the longest run you can afford and "
+                f"train as long as you can afford, and tune on runs of ~10-25% of that length).{early}",
+                advice=(
+                    f"if your labels are noisy: --set max_train_steps={noisy}; otherwise set "
+                    if noisy is not None
+                    else "set "
+                )
+                + "training.max_train_steps to the longest run you can afford and "
                 "rounds.round1.steps to about a tenth to a quarter of it "
                 "(or raise sweep_lr.max_steps and re-run the sweep)",
             )

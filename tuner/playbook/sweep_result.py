@@ -61,6 +61,11 @@ class NothingFits(Verdict):
     best_lr: float | None
     best_value: float | None
     partly_fit_lrs: list[float] = field(default_factory=list)  # fit on some seeds only
+    # the objective's best step with best_lr (median over its seeds), and, when that is at or
+    # before BEST_BEFORE_FIT of max_steps, the length that follows (2 x it): more steps only
+    # memorised, so the cap is no answer either (tuner tune trains this length then)
+    best_step: float | None = None
+    noisy_labels_steps: int | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ command again reads the stages back, skips the finished ones and continues the o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.cli.tune.context import TuneContext, TuneRequest
 from tuner.cli.tune.studies import base_sets, current_study, production
@@ -17,6 +18,9 @@ from tuner.errors import UsageError
 from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
 from tuner.spec import LoadedStudy
+
+if TYPE_CHECKING:
+    from tuner.playbook.sweep_lr import NothingFits
 
 
 def open_context(request: TuneRequest) -> TuneContext:
@@ -94,16 +98,33 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     if found is not None:
         return found
     cap = int(next(d for d in context.state.decisions if d.stage == stage.key).numbers["cap"])
-    context.decide(
-        Decision(
-            "max_train_steps_fallback",
-            stage.key,
+    length, text = (
+        cap,
+        (
             f"sweep-lr: no LR fit the training set within {cap} steps: the rounds train "
-            f"max_train_steps {cap}, the longest the sweep tried (compute-bound: longer keeps helping)",
-            {"max_train_steps": cap},
-        )
+            f"max_train_steps {cap}, the longest the sweep tried (compute-bound: longer keeps helping)"
+        ),
     )
-    return cap
+    nothing = _nothing_fits(context, loaded)
+    if nothing is not None and nothing.noisy_labels_steps is not None and nothing.best_lr is not None:
+        length = nothing.noisy_labels_steps
+        text = (
+            f"sweep-lr: no LR fit the training set within {cap} steps, and with lr {nothing.best_lr:g} "
+            f"the objective was best at step {nothing.best_step:g}, long before that: more steps "
+            f"memorised (noisy labels?), so the rounds train max_train_steps {length} (2 x that best "
+            "step), not the cap; round 1's report checks the length again"
+        )
+    context.decide(Decision("max_train_steps_fallback", stage.key, text, {"max_train_steps": length}))
+    return length
+
+
+def _nothing_fits(context: TuneContext, loaded: LoadedStudy) -> NothingFits | None:
+    from tuner.playbook.sweep_lr import NothingFits
+    from tuner.playbook.sweep_phase import stored_sweep_result
+
+    result = stored_sweep_result(loaded.spec.name, context.storage_of(loaded, create=False))
+    found = [v for v in result.verdicts if isinstance(v, NothingFits)] if result is not None else []
+    return found[0] if found else None
 
 
 def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
