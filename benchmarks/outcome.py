@@ -224,12 +224,14 @@ def write_json(path: Path, records: list[RunRecord]) -> None:
     atomic_write_json(path, {"runs": [asdict(r) for r in records]}, durable=False)
 
 
-def run_all(workloads: list[str], seeds: int, quick: bool, root: Path) -> list[RunRecord]:
+def run_all(
+    workloads: list[str], seeds: int, quick: bool, root: Path, contenders: tuple[str, ...] = CONTENDERS
+) -> list[RunRecord]:
     records: list[RunRecord] = []
     results = root / "results.json"
     for workload in workloads:
         for seed in range(1, seeds + 1):
-            for contender in CONTENDERS:
+            for contender in contenders:
                 record = run_one(workload, contender, seed, quick, root)
                 records.append(record)
                 write_json(results, records)  # after every run: a stopped benchmark keeps its results
@@ -286,14 +288,26 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(BUDGETS), help="comma-separated subset")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 1..N (default 5, --quick 1)")
     parser.add_argument("--output-dir", type=Path, default=None, help="default runs/bench-outcome/<time>")
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help="comma-separated subset (e.g. tuner alone, after a change to the procedure; its table then "
+        "has no baseline to compare with: merge results.json files for that)",
+    )
     args = parser.parse_args()
+    contenders = tuple(args.contenders.split(","))
+    if not set(contenders) <= set(CONTENDERS):
+        parser.error(
+            f"unknown contender(s) {sorted(set(contenders) - set(CONTENDERS))}; "
+            f"known: {', '.join(CONTENDERS)}"
+        )
     workloads = args.workloads.split(",")
     unknown = [w for w in workloads if w not in BUDGETS]
     if unknown:
         parser.error(f"unknown workload(s) {unknown}; known: {', '.join(BUDGETS)}")
     seeds = args.seeds or (1 if args.quick else 5)
     root = args.output_dir or REPO_ROOT / "runs" / "bench-outcome" / time.strftime("%Y%m%d-%H%M%S")
-    report(NAME, results(run_all(workloads, seeds, args.quick, root), workloads))
+    report(NAME, results(run_all(workloads, seeds, args.quick, root, contenders), workloads))
 
 
 if __name__ == "__main__":
