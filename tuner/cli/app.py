@@ -11,6 +11,7 @@ flags show none.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import typer
@@ -124,4 +125,10 @@ app.command("list", cls=TunerCommand, short_help="Every study: the experiment-tr
 
 
 def main() -> None:
-    app(prog_name="tuner")
+    try:
+        app(prog_name="tuner")
+    finally:
+        # The command has ended and said how. A Ctrl-C now (the interpreter joining threads and
+        # closing storages) has nothing left to stop, yet as a KeyboardInterrupt there it would
+        # kill the process by SIGINT: exit -2 after the command reported its own exit code.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -216,20 +216,3 @@ def record_result(phase_study: Any, result: SweepResult, finished: bool) -> None
 
     if finished:
         store_recommendation(phase_study, result.recommended_max_train_steps)
-
-
-def stored_sweep_result(study: str, storage: Any) -> SweepResult | None:
-    """The table and verdicts of ``study``'s sweep-lr phase as stored (None if it never ran):
-    ``tuner tune`` reads the nothing-fits verdict's length from it."""
-    import optuna
-
-    from tuner.orchestrate import optuna_study_name, with_retries
-    from tuner.playbook.runnable_plan import load_stored_plan
-
-    try:
-        phase = with_retries(
-            optuna.load_study, study_name=optuna_study_name(study, "sweep-lr"), storage=storage
-        )
-    except KeyError:
-        return None
-    return sweep_result_of(with_retries(phase.get_trials, False), load_stored_plan(phase))

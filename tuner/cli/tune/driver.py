@@ -119,11 +119,19 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
 
 
 def _nothing_fits(context: TuneContext, loaded: LoadedStudy) -> NothingFits | None:
-    from tuner.playbook.sweep_lr import NothingFits
-    from tuner.playbook.sweep_phase import stored_sweep_result
+    """The finished sweep's nothing-fits verdict, as ``tuner sweep-lr`` printed it."""
+    import optuna
 
-    result = stored_sweep_result(loaded.spec.name, context.storage_of(loaded, create=False))
-    found = [v for v in result.verdicts if isinstance(v, NothingFits)] if result is not None else []
+    from tuner.orchestrate import optuna_study_name, with_retries
+    from tuner.playbook.runnable_plan import load_stored_plan
+    from tuner.playbook.sweep_lr import NothingFits
+    from tuner.playbook.sweep_phase import sweep_result_of
+
+    storage = context.storage_of(loaded, create=False)
+    name = optuna_study_name(loaded.spec.name, SWEEP_PHASE)
+    phase = with_retries(optuna.load_study, study_name=name, storage=storage)
+    result = sweep_result_of(with_retries(phase.get_trials, False), load_stored_plan(phase))
+    found = [v for v in result.verdicts if isinstance(v, NothingFits)]
     return found[0] if found else None
 
 
