@@ -105,7 +105,8 @@ def run_tuner(
     round1 = [s for s in payload["stages"] if s["phase"] == "round-1"]
     notes = f"max_train_steps {model['max_train_steps']}"
     if "max_train_steps_fallback" in decided:
-        notes += " (nothing fit: the sweep's cap)"
+        early = "2 x that best step" in decided["max_train_steps_fallback"]["text"]
+        notes += " (nothing fit: " + ("2 x the sweep's early best step" if early else "the sweep's cap") + ")"
     notes += "; round 1 --trials " + " then ".join(str(s["trials"]) for s in round1)
     return Delivered(
         Path(model["checkpoint"]),
