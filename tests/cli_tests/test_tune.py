@@ -242,30 +242,6 @@ def _sweep_study(folder: Path) -> Path:
     return path
 
 
-def test_nothing_fits_but_validation_peaks_early_so_the_rounds_train_2x_that_step(tmp_path: Path) -> None:
-    """Noisy labels as the sweep sees them: no LR fits within its cap (20 steps), and validation is
-    best at step 5 with every LR: the rounds train 10 steps (2 x 5), not the cap."""
-    path = _sweep_study(tmp_path)
-    document = yaml.safe_load(path.read_text())
-    document["workload"]["options"]["peak_at_step"] = 5
-    document["training"].update(eval_every=5, log_every=5)
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    output_dir = tmp_path / "runs"
-    done = run_tuner(
-        "tune", str(path), "--budget", "300", "--max-searches", "1", "--json", "--no-progress",
-        "--workers", "2", "--output-dir", str(output_dir),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    payload = json.loads(done.stdout)
-    (sweep_cap,) = [d for d in payload["decisions"] if d["kind"] == "sweep_cap"]
-    assert sweep_cap["numbers"]["cap"] == 20  # 3 LRs within 20% of 300
-    (fallback,) = [d for d in payload["decisions"] if d["kind"] == "max_train_steps_fallback"]
-    assert fallback["numbers"]["max_train_steps"] == 10, fallback
-    assert "best at step 5" in fallback["text"] and "not the cap" in fallback["text"], fallback["text"]
-    assert payload["delivered_model"]["max_train_steps"] == 10
-    assert payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 300
-
-
 def test_the_sweep_is_capped_to_its_share_and_the_rounds_sized_after_it(tmp_path: Path) -> None:
     path = _sweep_study(tmp_path)
     result = invoke(

@@ -7,10 +7,7 @@ remember they already happened), ``diverge`` (NaN loss when true),
 ``nan_above_weight`` (NaN loss once a weight's magnitude exceeds it: a large learning rate diverges),
 ``fit_at_steps`` (``[[lr, step], ...]``: with that learning rate the model fits the data, every
 prediction right, from that step on; other learning rates never fit. The model reads its learning
-rate off a clock parameter that plain SGD moves by exactly the learning rate at the first step),
-``peak_at_step`` (at the eval of that step, and only there, predictions are right where
-``inputs[:, 2] > -0.5`` (about 7 in 10) and a coin flip elsewhere: validation is best at that step,
-and the training set is never fit, as with noisy labels).
+rate off a clock parameter that plain SGD moves by exactly the learning rate at the first step).
 """
 
 from __future__ import annotations
@@ -31,15 +28,12 @@ if os.environ.get("TOY_IMPORT_LOG"):  # which processes import the user's code (
 
 
 class _Toy(torch.nn.Module):
-    def __init__(
-        self, sleep_s: float, fit_at_steps: list[list[float]] | None = None, peak_at_step: int | None = None
-    ) -> None:
+    def __init__(self, sleep_s: float, fit_at_steps: list[list[float]] | None = None) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(4, 2)
         self.sleep_s = sleep_s
         self.fit_at_steps = [(float(lr), int(step)) for lr, step in fit_at_steps or []]
-        self.peak_at_step = peak_at_step
-        if self.fit_at_steps or peak_at_step is not None:
+        if self.fit_at_steps:
             self.clock = torch.nn.Parameter(torch.zeros(()))  # SGD adds the learning rate each step
             self.register_buffer("trained_steps", torch.zeros((), dtype=torch.long))
             self.register_buffer("lr_seen", torch.zeros(()))
@@ -51,14 +45,6 @@ class _Toy(torch.nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.sleep_s and self.training:
             time.sleep(self.sleep_s)
-        if self.peak_at_step is not None:
-            if self.training:
-                self.trained_steps += 1
-                return self.linear(inputs)
-            if int(self.trained_steps) != self.peak_at_step:
-                return torch.zeros(inputs.shape[0], 2)
-            score = (inputs[:, 0] + inputs[:, 1]) * 100 * (inputs[:, 2] > -0.5)
-            return torch.stack([-score, score], dim=1)
         if not self.fit_at_steps:
             return self.linear(inputs)
         if self.training:
@@ -116,14 +102,11 @@ def build(ctx: WorkloadContext) -> Workload:
                 if not done:
                     marker.touch()
                     raise RuntimeError("toy workload crashes once")
-        if model.fit_at_steps or model.peak_at_step is not None:
+        if model.fit_at_steps:
             losses = losses + model.clock_loss()
         return losses
 
-    peak = options.get("peak_at_step")
-    model = _Toy(
-        float(options.get("step_sleep_s", 0.0)), options.get("fit_at_steps"), int(peak) if peak else None
-    )
+    model = _Toy(float(options.get("step_sleep_s", 0.0)), options.get("fit_at_steps"))
     return Workload(
         model=model,
         train_data=TensorDataset(inputs[:64], targets[:64]),
