@@ -193,6 +193,20 @@ def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_pat
     assert {t.state.name for t in trials} == {"COMPLETE"}
     assert all(f"--set seed_index={t.user_attrs['seed_index']}" in t.user_attrs["reproduce"] for t in trials)
     assert "seeds: training.seed_index 1-2, new to this round" in second.stderr
+    # the best run is one seed; the best point (mean over its seeds) and its best seed are said too
+    means = {}
+    for t in trials:
+        means.setdefault(t.user_attrs["source_rank"], []).append(t)
+    top = min(
+        means.values(),
+        key=lambda runs: (sum(r.value for r in runs) / 2, min(r.user_attrs["slot"] for r in runs)),
+    )
+    chosen = min(top, key=lambda r: (r.value, r.user_attrs["seed_index"]))
+    (line,) = [line for line in second.stdout.splitlines() if line.startswith("best point")]
+    assert line.endswith(
+        f"the study's model is its best seed, trial {chosen.user_attrs['slot']} (tuner report)"
+    )
+    assert "over 2 seeds" in line
 
 
 def test_round3_ranks_round2s_points_by_their_mean_over_seeds(tmp_path: Path, output_dir: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import signal
 from pathlib import Path
@@ -22,6 +23,7 @@ from tuner.output import shown_path
 
 if TYPE_CHECKING:
     from tuner.orchestrate.progress import PhaseSnapshot
+    from tuner.playbook.plan import StoredPlan
 
 
 def _last_error_line(log: Path) -> str:
@@ -121,6 +123,31 @@ def diverged_line(snapshot: PhaseSnapshot) -> str:
     )
 
 
+def best_point(snapshot: PhaseSnapshot, plan: StoredPlan | None, direction: str) -> str | None:
+    """With several seeds a point, the best *run* above is one lucky seed; the study's model
+    (``tuner report``'s rule, ``tuner.report.delivered``) is the best seed of the point with the
+    best mean over its seeds, which may be another point: said here so the two are not confused.
+    None when every point ran once."""
+    from optuna.trial import TrialState
+
+    from tuner.playbook.ranked_points import points_of, ranked, slot_of
+
+    completed = [
+        t
+        for t in snapshot.trials
+        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
+    points = points_of(completed, plan)
+    if len(points) == len(completed):
+        return None
+    top = ranked(points, direction)[0]
+    chosen = top.best_run(direction)
+    return (
+        f"best point   {top.describe()}: the best mean over its seeds; the study's model is its "
+        f"best seed, trial {slot_of(chosen)} (tuner report)"
+    )
+
+
 def summarize(
     snapshot: PhaseSnapshot,
     codes: dict[str, int],
@@ -130,6 +157,8 @@ def summarize(
     *,
     crashed: bool,
     environment: list[str] | None = None,
+    plan: StoredPlan | None = None,
+    direction: str = "minimize",
 ) -> None:
     """Print the outcome; exit 70 if a worker crashed, 2 if workers stopped on a fault of the
     machine (``environment``: what they said, e.g. a full disk), 1 if the failure budget is spent,
@@ -143,6 +172,9 @@ def summarize(
         step = best.user_attrs.get("best_step")
         out.print(f"best trial   {trial_name(best)}: {metric} = {best.value:.6g} at step {step}")
         out.print(f"reproduce    {best.user_attrs.get('reproduce')}")
+        point = best_point(snapshot, plan, direction)
+        if point is not None:
+            out.print(point, markup=False)
     if counts.diverged:
         out.print(f"diverged     {diverged_line(snapshot)}", markup=False)
         if best is None:

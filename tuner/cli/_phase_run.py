@@ -207,5 +207,9 @@ def run_phase(
     outcome = PhaseOutcome(started, final, codes, crashed)
     if before_summary is not None:
         before_summary(outcome)
-    summarize(final, codes, started.folder, request.phase, metric, crashed=crashed, environment=environment)
+    summarize(
+        final, codes, started.folder, request.phase, metric, crashed=crashed, environment=environment,
+        plan=started.plan.stored if started.plan is not None else None,
+        direction=started.loaded.spec.objective.direction,
+    )  # fmt: skip
     return outcome
