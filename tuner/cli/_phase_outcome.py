@@ -130,12 +130,16 @@ def best_point(snapshot: PhaseSnapshot, plan: StoredPlan | None, direction: str)
     None when every point ran once."""
     from optuna.trial import TrialState
 
+    from tuner.orchestrate.budget import DUPLICATE_ATTR
     from tuner.playbook.ranked_points import points_of, ranked, slot_of
 
     completed = [
         t
         for t in snapshot.trials
-        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+        if t.state == TrialState.COMPLETE
+        and t.value is not None
+        and math.isfinite(t.value)
+        and DUPLICATE_ATTR not in t.user_attrs  # a slot run twice (a takeover) is one run
     ]
     points = points_of(completed, plan)
     if len(points) == len(completed):
