@@ -71,7 +71,8 @@ Rules, and why:
         {"kind": "best_long_before_fit", "lr", "best_step", "fit_step", "noisy_labels_steps",
          "text", "advice"},
         {"kind": "nothing_fits", "max_steps", "best_lr", "best_value", "partly_fit_lrs",
-         "text", "advice"},
+         "best_step", "noisy_labels_steps", "text", "advice"},  # the last two: null unless the
+                                      #   objective was best at or before half of max_steps
         {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
         {"kind": "diverged", "lrs", "threshold_lr", "partial_lrs", "text", "advice"},
         {"kind": "stopped_cannot_win", "lrs", "stopped_at_steps", "fit_step", "steps_saved",
