@@ -132,3 +132,19 @@ def main() -> None:
         # closing storages) has nothing left to stop, yet as a KeyboardInterrupt there it would
         # kill the process by SIGINT: exit -2 after the command reported its own exit code.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _forget_a_caught_ctrl_c()
+
+
+def _forget_a_caught_ctrl_c() -> None:
+    """Keep the exit code a command chose after it caught a Ctrl-C (130), not a death by SIGINT.
+
+    CPython marks a KeyboardInterrupt that leaves any evaluation of source text (``exec`` of a
+    string: ``dataclasses`` builds every ``__init__`` that way, so a Ctrl-C during a lazy import
+    lands there) as unhandled, and at exit kills the process with SIGINT when that mark is set,
+    even if the exception was caught further up (``guarded`` catches it and says "interrupted"):
+    ``Python/pythonrun.c`` ``run_eval_code_obj``, checked by ``Py_RunMain``. Seen as exit -2 in 2
+    of 8 Ctrl-Cs of ``tuner tune``. The next evaluation of source text clears the mark, so one
+    empty one here does; a KeyboardInterrupt still propagating out of ``main`` is marked again
+    by the interpreter after this, so a genuinely unhandled Ctrl-C keeps its meaning.
+    """
+    exec("None")
