@@ -34,6 +34,20 @@ POLL_S = 0.05
 
 _started: list[subprocess.Popen[Any]] = []
 
+#: Commands that start local workers, one per core unless told otherwise.
+_STARTS_WORKERS = ("run-round", "sweep-lr", "tune")
+
+
+def tuner_args(args: tuple[str, ...] | list[str]) -> list[str]:
+    """``tuner ARGS`` with ``--workers 1`` added to a command that starts local workers and was
+    given neither ``--workers`` nor ``--devices``: each worker is a process that imports torch
+    (about 3.5 CPU s here), and most tests are not about parallelism. A test that is asks for
+    its workers; the default count (one per core) has its own test."""
+    args = list(args)
+    if args and args[0] in _STARTS_WORKERS and not {"--workers", "--devices"} & set(args):
+        args += ["--workers", "1"]
+    return args
+
 
 def wait_for(
     predicate: Callable[[], T | None],
@@ -119,7 +133,7 @@ def run(
 def spawn_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
     """``tuner ARGS`` as a real process, output merged on stdout as text (see ``spawn``)."""
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
-    return spawn([sys.executable, "-m", "tuner", *args], env=env, **popen)
+    return spawn([sys.executable, "-m", "tuner", *tuner_args(args)], env=env, **popen)
 
 
 def alive(pid: int) -> bool:

@@ -84,3 +84,16 @@ def test_quick_mode_runs_every_contender_on_a_workload(tmp_path: Path) -> None:
         table = done.stdout[done.stdout.index(f"**{name}**") :]
         for contender in CONTENDERS:
             assert f"| {contender} |" in table
+
+
+def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.outcome", "--quick", "--contenders", "tuner,grid",
+         "--output-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown contender(s) ['grid']; known: tuner, tpe-last" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written

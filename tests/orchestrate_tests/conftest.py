@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests._processes import PATIENCE_S, run, spawn_tuner
+from tests._processes import PATIENCE_S, run, spawn_tuner, tuner_args
 
 HERE = Path(__file__).parent
 # beats every 1 s (grace 12 s; the tests that kill workers set TUNER_HEARTBEAT_GRACE_S lower)
@@ -74,7 +74,7 @@ def run_tuner(
 ) -> subprocess.CompletedProcess[str]:
     """``tuner ARGS`` as a real process (workers and trials are real processes too); a timeout
     kills all of them (``tests._processes.run``)."""
-    return run([sys.executable, "-m", "tuner", *args], env=env or tuner_env(), timeout=timeout)
+    return run([sys.executable, "-m", "tuner", *tuner_args(args)], env=env or tuner_env(), timeout=timeout)
 
 
 def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tuner.orchestrate.pool import LocalPool, LocalWorker
 
 
@@ -23,3 +25,21 @@ def test_an_error_in_the_view_does_not_kill_the_workers(tmp_path: Path) -> None:
     assert codes == {"w0": 0}  # it ran to its end: not killed
     assert marker.exists()
     assert pool.tick_errors and all(isinstance(e, OSError) for e in pool.tick_errors)
+
+
+def test_without_workers_or_devices_a_cpu_machine_gets_one_worker_per_core_within_the_caps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default the tests' ``tuner_args`` leaves out (it gives them one worker)."""
+    import os
+
+    from tuner.orchestrate import local_workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, on any machine
+
+    cores = os.cpu_count() or 1
+    default = local_workers(workers=None, devices=None, max_parallel=None, budget=100)
+    assert len(default) == cores and len({w.label for w in default}) == cores
+    assert all(w.threads == 1 for w in default) or cores == 1
+    assert len(local_workers(workers=None, devices=None, max_parallel=1, budget=100)) == 1
+    assert len(local_workers(workers=None, devices=None, max_parallel=None, budget=1)) == 1

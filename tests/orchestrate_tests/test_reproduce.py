@@ -10,14 +10,14 @@ from pathlib import Path
 
 import yaml
 
-from tests._processes import run
+from tests._processes import run, tuner_args
 from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
 from tests.spec_tests._support import invoke, single_error
 
 
 def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``tuner ARGS`` run from ``cwd``; a timeout kills its workers and trials too."""
-    return run([sys.executable, "-m", "tuner", *args], env=tuner_env(), cwd=cwd)
+    return run([sys.executable, "-m", "tuner", *tuner_args(args)], env=tuner_env(), cwd=cwd)
 
 
 def test_reproduce_keeps_the_overrides_and_works_from_another_folder(tmp_path: Path) -> None:

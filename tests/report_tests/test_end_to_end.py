@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests._processes import run
+from tests._processes import run, tuner_args
 from tests.orchestrate_tests.conftest import toy_study, tuner_env
 
 HERE = Path(__file__).parent
@@ -27,7 +27,9 @@ TIMEOUT_S = 600  # generous: a busy machine is slow, never wrong
 def tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``tuner ARGS`` as a real process in its own group; a timeout kills it with its workers and
     trials (they run in sessions of their own, which a ``killpg`` of its group would miss)."""
-    return run([sys.executable, "-m", "tuner", *args], cwd=cwd, env=tuner_env(), timeout=TIMEOUT_S)
+    return run(
+        [sys.executable, "-m", "tuner", *tuner_args(args)], cwd=cwd, env=tuner_env(), timeout=TIMEOUT_S
+    )
 
 
 def _study(
