@@ -131,6 +131,30 @@ def test_a_retry_lost_by_a_crash_is_enqueued_by_the_next_claim(tmp_path: Path) -
     assert isinstance(Claimer(storage, study, _slot).claim(settings), Decision)  # only one retry
 
 
+def test_a_phase_with_a_lost_retry_is_not_finished_for_a_rerun(tmp_path: Path) -> None:
+    """``run_phase`` starts no worker on a re-run of a finished phase: "finished" must not miss a
+    slot whose retry a crash lost (only a worker's claim enqueues it)."""
+    from optuna.trial import TrialState
+
+    from tuner.orchestrate.progress import PhaseWatcher
+
+    storage, study, settings = _phase(tmp_path, max_trials=1)
+    watcher = PhaseWatcher(study, tmp_path)
+    assert not watcher.snapshot().nothing_to_run  # a slot never started
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed) and not watcher.snapshot().nothing_to_run  # running
+    for key, value in {"failure_reason": "crashed", "error": "boom", "retried": True}.items():
+        storage.set_trial_user_attr(claimed.trial_id, key, value)
+    storage.set_trial_state_values(claimed.trial_id, state=TrialState.FAIL)
+    lost = watcher.snapshot()
+    assert lost.decision().action == "done"  # the budget rule alone would call it finished
+    assert not lost.nothing_to_run  # but its retry is owed
+    retry = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(retry, Claimed)
+    storage.set_trial_state_values(retry.trial_id, state=TrialState.COMPLETE, values=[0.5])
+    assert watcher.snapshot().nothing_to_run
+
+
 def test_a_lost_fail_acknowledgement_still_queues_exactly_one_retry(tmp_path: Path) -> None:
     from tuner.orchestrate.storage import with_retries
 

@@ -41,6 +41,8 @@ def test_a_round_runs_its_budget_and_each_trial_describes_itself(tmp_path: Path,
     assert again.returncode == 0, again.stderr
     assert len(load_phase(sqlite_url(output_dir), "toy").trials) == 5  # nothing left to do, nothing added
     assert "5/5 done" in again.stdout
+    assert "nothing left to run (no worker started)" in again.stderr  # no torch imported for nothing
+    assert len(list((output_dir / "toy" / "round-1" / ".workers").glob("*.log"))) == 2  # the first run's
 
 
 def test_a_larger_budget_adds_trials_and_a_smaller_one_is_refused(tmp_path: Path, output_dir: Path) -> None:

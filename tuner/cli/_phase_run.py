@@ -90,8 +90,12 @@ def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
     ]
     lines = [
         f"{started.phase}: {plural(settings.max_trials, 'trial')} of {stored.trial_steps} steps ({what}), "
-        f"{plural(len(chosen), 'worker')} ({', '.join(w.label for w in chosen)}), "
-        f"storage {redact_url(started.storage_url)}"
+        + (
+            f"{plural(len(chosen), 'worker')} ({', '.join(w.label for w in chosen)}), "
+            if chosen
+            else "nothing left to run (no worker started), "
+        )
+        + f"storage {redact_url(started.storage_url)}"
     ]
     if stored.max_train_steps is not None and stored.max_train_steps_source:
         lines.append(f"  max_train_steps {stored.max_train_steps} (from {stored.max_train_steps_source})")
@@ -163,7 +167,8 @@ def run_phase(
         log_dir=started.folder / ".workers",
     )
     existed = started.folder.exists()
-    pool.start()  # workers warm up (import torch) while the phase is created
+    if not existed:
+        pool.start()  # workers warm up (import torch) while the phase is created
     try:
         create_phase(started)
         if after_create is not None:
@@ -173,19 +178,26 @@ def run_phase(
         if not existed:  # refused (e.g. round 2 before round 1): leave no empty phase folder behind
             shutil.rmtree(started.folder, ignore_errors=True)
         raise
-    for line in header_lines(started, chosen):
-        err.print(escape(line))
     metric = spec.objective.metric
-    view = PhaseView(err, request.phase, metric, live=request.progress and err.is_terminal, since=now())
     watcher = PhaseWatcher(started.study, started.folder)
+    # a re-run of a finished phase starts no worker (each imports torch: seconds for nothing);
+    # it goes straight to the summary, which says the phase is done
+    idle = existed and watcher.snapshot().nothing_to_run
+    for line in header_lines(started, [] if idle else chosen):
+        err.print(escape(line))
+    codes: dict[str, int] = {}
+    if not idle:
+        if existed:
+            pool.start()
+        view = PhaseView(err, request.phase, metric, live=request.progress and err.is_terminal, since=now())
 
-    def refresh() -> None:  # never raises for a storage error: a stale view, the workers go on
-        view.update(watcher.refresh(), watcher.unreachable_since)
+        def refresh() -> None:  # never raises for a storage error: a stale view, the workers go on
+            view.update(watcher.refresh(), watcher.unreachable_since)
 
-    try:
-        codes = pool.wait(tick=refresh)
-    finally:
-        view.close()
+        try:
+            codes = pool.wait(tick=refresh)
+        finally:
+            view.close()
     for error in pool.tick_errors[:1]:
         warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
     crashed = report_workers(codes, started.folder)

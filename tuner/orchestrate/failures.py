@@ -184,6 +184,20 @@ def _fail_once(
     return failed_here
 
 
+def missing_retries(trials: list[Any]) -> list[Any]:
+    """The FAIL trials marked ``retried`` whose retry is not in ``trials`` (a crash between the
+    two writes lost it): ``enqueue_missing_retries`` adds them; until then the slot is open."""
+    from optuna.trial import TrialState
+
+    trials = counted(trials)
+    succeeded = {t.user_attrs.get("retry_of") for t in trials}
+    return [
+        t
+        for t in trials
+        if t.state == TrialState.FAIL and t.user_attrs.get("retried") and t.number not in succeeded
+    ]
+
+
 def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None = None) -> list[int]:
     """Under the phase lock: a WAITING retry for each FAIL trial marked ``retried`` that has none.
 
@@ -193,13 +207,8 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
     from optuna.trial import TrialState, create_trial
 
     trials = counted(trials if trials is not None else study.get_trials(deepcopy=False))
-    succeeded = {t.user_attrs.get("retry_of") for t in trials}
     enqueued = []
-    for failed in trials:
-        if failed.state != TrialState.FAIL or not failed.user_attrs.get("retried"):
-            continue
-        if failed.number in succeeded:
-            continue
+    for failed in missing_retries(trials):
         reason = failed.user_attrs.get("failure_reason")
         interrupted = reason in FREE_RETRY
         error = failed.user_attrs.get("error")

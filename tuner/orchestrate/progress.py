@@ -44,6 +44,15 @@ class PhaseSnapshot:
             self.counts, self.settings, window_started_at=self.window_started_at, now=now, metric=metric
         )
 
+    @property
+    def nothing_to_run(self) -> bool:
+        """Every slot of the budget ended and nothing runs, waits or awaits a lost retry: a worker
+        started now would only find that out and exit (``run_phase`` then starts none)."""
+        from tuner.orchestrate.budget import Action
+        from tuner.orchestrate.failures import missing_retries
+
+        return self.decision().action == Action.DONE and not missing_retries(self.trials)
+
 
 class PhaseWatcher:
     def __init__(self, study: Any, phase_dir: Path) -> None:
