@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 # One intra-op thread in the test processes and every process they start (set before torch is
-# imported). Two test files run at once on this machine's two cores: a 2-thread OpenMP operation
+# imported). Several test files run at once on two cores: a 2-thread OpenMP operation
 # whose second thread is descheduled spin-waits for it (measured: a training test took 6 s alone
 # and 56 s beside a multi-worker test). Speed with more threads is measured in benchmarks/.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
