@@ -182,7 +182,8 @@ def run_phase(
     watcher = PhaseWatcher(started.study, started.folder)
     # a re-run of a finished phase starts no worker (each imports torch: seconds for nothing);
     # it goes straight to the summary, which says the phase is done
-    idle = existed and watcher.snapshot().nothing_to_run
+    before = watcher.snapshot() if existed else None
+    idle = before is not None and before.nothing_to_run
     for line in header_lines(started, [] if idle else chosen):
         err.print(escape(line))
     codes: dict[str, int] = {}
@@ -203,7 +204,8 @@ def run_phase(
     crashed = report_workers(codes, started.folder)
     environment = environment_errors(codes, started.folder)
     try:
-        final = watcher.snapshot()  # each read waits out an outage ($TUNER_STORAGE_OUTAGE_S)
+        # each read waits out an outage ($TUNER_STORAGE_OUTAGE_S); no worker ran: nothing changed
+        final = before if idle and before is not None else watcher.snapshot()
     except Exception as error:
         first = (str(error).strip().splitlines() or [""])[0][:200]
         error_line(
