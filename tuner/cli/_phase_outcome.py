@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 import signal
 from pathlib import Path
@@ -128,19 +127,9 @@ def best_point(snapshot: PhaseSnapshot, plan: StoredPlan | None, direction: str)
     (``tuner report``'s rule, ``tuner.report.delivered``) is the best seed of the point with the
     best mean over its seeds, which may be another point: said here so the two are not confused.
     None when every point ran once."""
-    from optuna.trial import TrialState
+    from tuner.playbook.ranked_points import points_of, rankable_runs, ranked, slot_of
 
-    from tuner.orchestrate.budget import DUPLICATE_ATTR
-    from tuner.playbook.ranked_points import points_of, ranked, slot_of
-
-    completed = [
-        t
-        for t in snapshot.trials
-        if t.state == TrialState.COMPLETE
-        and t.value is not None
-        and math.isfinite(t.value)
-        and DUPLICATE_ATTR not in t.user_attrs  # a slot run twice (a takeover) is one run
-    ]
+    completed = rankable_runs(snapshot.trials)
     points = points_of(completed, plan)
     if len(points) == len(completed):
         return None

@@ -83,12 +83,10 @@ def top_points(
     slot), and a note when the source round is unfinished."""
     from optuna.trial import TrialState
 
-    from tuner.orchestrate.budget import DUPLICATE_ATTR
+    from tuner.orchestrate.duplicates import counted
 
-    live = [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
-    completed = [
-        t for t in live if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
-    ]
+    live = counted(trials)
+    completed = rankable_runs(live)
     points = points_of(completed, plan)
     noun = "trials" if len(points) == len(completed) else "points"
     if len(points) < top_k:
@@ -113,6 +111,20 @@ def top_points(
         else ""
     )
     return best_first[:top_k], note
+
+
+def rankable_runs(trials: Iterable[Any]) -> list[Any]:
+    """The runs a point is ranked on: COMPLETE with a finite value; a slot's duplicate run (a
+    takeover that lost its race, ``duplicates.py``) is one run, so it is left out."""
+    from optuna.trial import TrialState
+
+    from tuner.orchestrate.duplicates import counted
+
+    return [
+        t
+        for t in counted(list(trials))
+        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
 
 
 def points_of(completed: Iterable[Any], plan: StoredPlan | None) -> list[RankedPoint]:

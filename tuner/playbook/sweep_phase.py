@@ -119,10 +119,10 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
 def sweep_trials(trials: Iterable[Any]) -> list[Any]:
     """The phase's trials (Optuna ``FrozenTrial``s or ``StoredTrial``s) as ``SweepTrial``s,
     retried attempts and duplicates left out."""
-    from tuner.orchestrate.budget import DUPLICATE_ATTR
+    from tuner.orchestrate.duplicates import counted
     from tuner.playbook.sweep_lr import sweep_trial_from_optuna
 
-    found = [sweep_trial_from_optuna(t) for t in trials if DUPLICATE_ATTR not in t.user_attrs]
+    found = [sweep_trial_from_optuna(t) for t in counted(list(trials))]
     return [t for t in found if t is not None]
 
 
