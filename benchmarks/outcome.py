@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -120,7 +121,9 @@ class RunRecord:
     notes: str
 
 
-def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -> RunRecord:
+def run_one(
+    workload: str, contender: str, seed: int, quick: bool, root: Path, tune_args: tuple[str, ...] = ()
+) -> RunRecord:
     document = study_document(workload, seed, quick)
     budget = QUICK_BUDGET if quick else BUDGETS[workload]
     folder = root / workload / f"seed-{seed}" / contender
@@ -130,7 +133,7 @@ def run_one(workload: str, contender: str, seed: int, quick: bool, root: Path) -
         # --quick keeps the study's max_train_steps (--no-sweep): within a tiny budget nothing fits
         # the noisy labels, the rounds would train at the sweep's 10-step cap and round 1 would be
         # ~35 trials of 5 steps (about a CPU minute here); the sweep path is in tests/cli_tests/test_tune.py
-        delivered = run_tuner(document, folder, budget, workers, sweep=not quick)
+        delivered = run_tuner(document, folder, budget, workers, sweep=not quick, extra=tune_args)
     else:
         delivered = run_plain(PLAIN[contender], document, folder, budget, seed, workers)
     return RunRecord(
@@ -225,14 +228,19 @@ def write_json(path: Path, records: list[RunRecord]) -> None:
 
 
 def run_all(
-    workloads: list[str], seeds: int, quick: bool, root: Path, contenders: tuple[str, ...] = CONTENDERS
+    workloads: list[str],
+    seeds: int,
+    quick: bool,
+    root: Path,
+    contenders: tuple[str, ...] = CONTENDERS,
+    tune_args: tuple[str, ...] = (),
 ) -> list[RunRecord]:
     records: list[RunRecord] = []
     results = root / "results.json"
     for workload in workloads:
         for seed in range(1, seeds + 1):
             for contender in contenders:
-                record = run_one(workload, contender, seed, quick, root)
+                record = run_one(workload, contender, seed, quick, root, tune_args)
                 records.append(record)
                 write_json(results, records)  # after every run: a stopped benchmark keeps its results
                 print(
@@ -294,6 +302,12 @@ def main() -> None:
         help="comma-separated subset (e.g. tuner alone, after a change to the procedure; its table then "
         "has no baseline to compare with: merge results.json files for that)",
     )
+    parser.add_argument(
+        "--tune-args",
+        default="",
+        help='extra words for tuner\'s `tune` command (an ablation, e.g. "--no-apply-suggestions"); '
+        "recorded in results.json",
+    )
     args = parser.parse_args()
     contenders = tuple(args.contenders.split(","))
     if not set(contenders) <= set(CONTENDERS):
@@ -307,7 +321,8 @@ def main() -> None:
         parser.error(f"unknown workload(s) {unknown}; known: {', '.join(BUDGETS)}")
     seeds = args.seeds or (1 if args.quick else 5)
     root = args.output_dir or REPO_ROOT / "runs" / "bench-outcome" / time.strftime("%Y%m%d-%H%M%S")
-    report(NAME, results(run_all(workloads, seeds, args.quick, root, contenders), workloads))
+    tune_args = tuple(shlex.split(args.tune_args))
+    report(NAME, results(run_all(workloads, seeds, args.quick, root, contenders, tune_args), workloads))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,13 @@ def _cli(*args: str, workers: int) -> str:
 
 
 def run_tuner(
-    document: dict[str, Any], folder: Path, budget: int, workers: int = WORKERS, *, sweep: bool = True
+    document: dict[str, Any],
+    folder: Path,
+    budget: int,
+    workers: int = WORKERS,
+    *,
+    sweep: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> Delivered:
     """``tuner tune --budget``: the whole procedure in one command (sweep-lr, round 1, the
     report's suggestions, round 2), its budget split by tuner's own rule; the model it delivers
@@ -93,6 +99,7 @@ def run_tuner(
             str(output),
             "--json",
             *(() if sweep else ("--no-sweep",)),
+            *extra,
             workers=workers,
         )
     )
@@ -103,7 +110,8 @@ def run_tuner(
     folders = sorted(output.glob("*/*/trial-*"))
     decided = {d["kind"]: d for d in payload["decisions"]}
     round1 = [s for s in payload["stages"] if s["phase"] == "round-1"]
-    notes = f"max_train_steps {model['max_train_steps']}"
+    notes = f"tune {' '.join(extra)}; " if extra else ""
+    notes += f"max_train_steps {model['max_train_steps']}"
     if "max_train_steps_fallback" in decided:
         early = "2 x that best step" in decided["max_train_steps_fallback"]["text"]
         notes += " (nothing fit: " + ("2 x the sweep's early best step" if early else "the sweep's cap") + ")"

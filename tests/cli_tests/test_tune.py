@@ -87,7 +87,7 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisio
     output_dir = tmp_path / "runs"
     done = run_tuner(
         "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--json",
-        "--no-progress", "--workers", "2", "--output-dir", str(output_dir),
+        "--no-progress", "--output-dir", str(output_dir),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
@@ -273,7 +273,7 @@ def test_an_unknown_length_runs_the_sweep_first_and_the_rounds_at_its_answer(tmp
     output_dir = tmp_path / "runs"
     done = run_tuner(
         "tune", str(path), "--budget", "150", "--no-apply-suggestions", "--json", "--no-progress",
-        "--workers", "2", "--output-dir", str(output_dir),
+        "--output-dir", str(output_dir),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)

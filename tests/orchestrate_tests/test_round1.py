@@ -97,9 +97,7 @@ def test_nan_trials_are_recorded_as_diverged_and_never_chosen_as_best(
     study = toy_study(
         tmp_path, options={"diverge": False}, search_space=space, round1={"trials": 6, "max_failed": 6}
     )
-    done = run_tuner(
-        "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir)
-    )
+    done = run_tuner("run-round", str(study), "--round", "1", "--output-dir", str(output_dir))
     assert done.returncode == 0, done.stdout + done.stderr
     phase = load_phase(sqlite_url(output_dir), "toy")
     diverged = [t for t in phase.trials if t.params["workload.diverge"]]

@@ -92,7 +92,7 @@ def test_run_round_on_postgres_with_a_canary_password(
     url = _with_password(postgres_url, CANARY)
     study = toy_study(tmp_path / "s", name=unique_name, storage=url, round1={"trials": 2})
     output = tmp_path / "runs"
-    done = run_tuner("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output))
+    done = run_tuner("run-round", str(study), "--round", "1", "--output-dir", str(output))
     assert done.returncode == 0, done.stdout + done.stderr
     assert CANARY not in done.stdout + done.stderr
     assert "postgres:***@" in done.stderr  # the header: it did run on the URL with the password

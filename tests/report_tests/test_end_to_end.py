@@ -46,9 +46,7 @@ def _study(
 
 
 def _round_and_report(path: Path) -> dict[str, Any]:
-    ran = tuner(
-        "run-round", str(path), "--round", "1", "--workers", "2", "--output-dir", "runs", cwd=path.parent
-    )
+    ran = tuner("run-round", str(path), "--round", "1", "--output-dir", "runs", cwd=path.parent)
     assert ran.returncode == 0, ran.stderr
     report = tuner("report", str(path), "--output-dir", "runs", "--json", cwd=path.parent)
     assert report.returncode == 0, report.stderr
