@@ -9,7 +9,9 @@ from pathlib import Path
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study
 
 
-def test_a_round_runs_its_budget_and_each_trial_describes_itself(tmp_path: Path, output_dir: Path) -> None:
+def test_a_round_runs_its_budget_each_trial_describes_itself_and_a_larger_budget_adds_trials(
+    tmp_path: Path, output_dir: Path
+) -> None:
     study = toy_study(tmp_path, round1={"trials": 5})
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir)
@@ -44,17 +46,14 @@ def test_a_round_runs_its_budget_and_each_trial_describes_itself(tmp_path: Path,
     assert "nothing left to run (no worker started)" in again.stderr  # no torch imported for nothing
     assert len(list((output_dir / "toy" / "round-1" / ".workers").glob("*.log"))) == 2  # the first run's
 
-
-def test_a_larger_budget_adds_trials_and_a_smaller_one_is_refused(tmp_path: Path, output_dir: Path) -> None:
-    study = toy_study(tmp_path, round1={"trials": 2})
+    # a larger budget adds trials to the same phase; a smaller one is refused
     common = ("--round", "1", "--workers", "1", "--output-dir", str(output_dir))
-    assert run_tuner("run-round", str(study), *common).returncode == 0
-    assert run_tuner("run-round", str(study), *common, "--trials", "3").returncode == 0
+    assert run_tuner("run-round", str(study), *common, "--trials", "6").returncode == 0
     trials = load_phase(sqlite_url(output_dir), "toy").trials
-    assert [t.number for t in trials] == [0, 1, 2] and {t.state.name for t in trials} == {"COMPLETE"}
+    assert [t.number for t in trials] == list(range(6)) and {t.state.name for t in trials} == {"COMPLETE"}
     smaller = run_tuner("run-round", str(study), *common, "--trials", "1")
     assert smaller.returncode == 2
-    assert "already has 3 trials" in smaller.stderr and "Traceback" not in smaller.stderr
+    assert "already has 6 trials" in smaller.stderr and "Traceback" not in smaller.stderr
 
 
 def test_a_phase_where_every_trial_raises_stops_at_exactly_max_failed(
