@@ -132,7 +132,7 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
     start("w1", tuner_env())
     wait_for(lambda: any(t.state.name == "RUNNING" for t in _trials(url)), what="a running trial")
     grace = tuner_env(**measured_grace(url))  # the replacements take over the killed workers' trials
-    for kill in range(5):
+    for kill in range(3):
         # a worker mid-trial, between two checkpoints (its trial has passed an eval)
         def busy() -> str | None:
             for label, process in workers.items():
@@ -158,9 +158,9 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     _assert_budget_met(trials, 8)
     killed = [t for t in trials if t.user_attrs.get("failure_reason") == "killed"]
-    assert len(killed) >= 5
+    assert len(killed) >= 3
     resumed = _assert_retries_resumed(trials)
-    assert len(resumed) == len(killed) and sum(step > 0 for step in resumed) >= 4
+    assert len(resumed) == len(killed) and sum(step > 0 for step in resumed) >= 2
 
 
 def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(

@@ -38,7 +38,7 @@ def _trials(path: Path, phase: str = "sweep-lr") -> list[Any]:
     return optuna.load_study(study_name=f"toy/{phase}", storage=storage).trials
 
 
-def test_sweep_finds_the_fewest_steps_to_fit_and_later_phases_use_them(tmp_path: Path) -> None:
+def test_sweep_finds_the_fewest_steps_to_fit_and_validate_and_later_phases_use_them(tmp_path: Path) -> None:
     path = _sweep_study(tmp_path)
     done = _sweep(path, "--max-failed", "1", "--workers", "1")  # one worker: the largest LR first
     # lr 100 diverged: a result, not a failure; the failure budget of 1 is untouched
@@ -66,6 +66,24 @@ def test_sweep_finds_the_fewest_steps_to_fit_and_later_phases_use_them(tmp_path:
     result = json.loads(again.stdout)
     assert result["finished"] and result["recommended_max_train_steps"] == 10
     assert len(_trials(path)) == 4
+
+    # validate reads the stored length from the output folder it is given (not the default `runs`)
+    output = str(tmp_path / "runs")
+    found = run_tuner("validate", str(path), "--output-dir", output)
+    assert found.returncode == 0, found.stderr
+    assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout
+    assert "round 1: 2 trials of 5 steps" in found.stdout
+    assert "not set" not in found.stdout and found.stderr == ""
+    by_url = run_tuner("validate", str(path), "--storage", sqlite_url(tmp_path / "runs"))
+    assert "max_train_steps 10 (from tuner sweep-lr)" in by_url.stdout, by_url.stderr
+    # without --output-dir: `runs` under the current folder, which holds no storage here
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    default = run([sys.executable, "-m", "tuner", "validate", str(path)], env=tuner_env(), cwd=elsewhere)
+    assert default.returncode == 0, default.stderr
+    assert "max_train_steps not set" in default.stdout
+    assert "note: training.max_train_steps is not set" in default.stdout
+    assert not (elsewhere / "runs").exists()  # validate reads a storage, never creates one
 
     # round 1 has no max_train_steps in the file: it is sweep-lr's, and says so
     round1 = run_tuner(
@@ -115,25 +133,3 @@ def test_a_grid_where_every_lr_diverged_says_go_lower_and_extend_goes_lower(tmp_
     assert extended.returncode == 0, extended.stderr
     assert "extended with lr 10, 31.6" in extended.stderr
     assert sorted(t.params["optimizer.lr"] for t in _trials(path)) == [10.0, 31.6, 100.0, 316.0, 1000.0]
-
-
-def test_validate_reads_the_sweeps_length_from_the_output_folder_it_is_given(tmp_path: Path) -> None:
-    path = _sweep_study(tmp_path, grid=[0.1, 1.0, 100.0])
-    elsewhere = tmp_path / "elsewhere"  # not the default `runs`
-    done = run_tuner("sweep-lr", str(path), "--output-dir", str(elsewhere), "--no-progress")
-    assert done.returncode == 0, done.stderr
-
-    found = run_tuner("validate", str(path), "--output-dir", str(elsewhere))
-    assert found.returncode == 0, found.stderr
-    assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout
-    assert "round 1: 2 trials of 5 steps" in found.stdout
-    assert "not set" not in found.stdout and found.stderr == ""
-    by_url = run_tuner("validate", str(path), "--storage", sqlite_url(elsewhere))
-    assert "max_train_steps 10 (from tuner sweep-lr)" in by_url.stdout, by_url.stderr
-
-    # without --output-dir: `runs` under the current folder, which holds no storage
-    default = run([sys.executable, "-m", "tuner", "validate", str(path)], env=tuner_env(), cwd=tmp_path)
-    assert default.returncode == 0, default.stderr
-    assert "max_train_steps not set" in default.stdout
-    assert "note: training.max_train_steps is not set" in default.stdout
-    assert not (tmp_path / "runs").exists()  # validate reads a storage, never creates one
