@@ -15,6 +15,14 @@ import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import guarded
+from tuner.cli._options import (
+    devices_option,
+    output_dir_option,
+    set_option,
+    storage_option,
+    study_argument,
+    workers_option,
+)
 
 if TYPE_CHECKING:
     from tuner.playbook.estimate import Estimate, PhaseEstimate
@@ -124,26 +132,13 @@ def report_lines(result: Estimate) -> list[str]:
 
 @guarded
 def estimate(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    path: Path = study_argument(),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", metavar="N", help="CPU workers (default: as run-round would start)."
-    ),
-    devices: str | None = typer.Option(
-        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
-    ),
+    set_: list[str] = set_option(),
+    output_dir: Path = output_dir_option(),
+    storage: str | None = storage_option(),
+    workers: int | None = workers_option("CPU workers (default: as run-round would start)."),
+    devices: str | None = devices_option(),
     probe_steps: int = typer.Option(
         30, "--probe-steps", metavar="N", help="Steps the probe times when a phase has not run."
     ),

@@ -18,6 +18,7 @@ import typer
 
 from tuner.cli._console import err, error_line, out, plural
 from tuner.cli._errors import EXIT_INTERRUPTED, guarded
+from tuner.cli._options import output_dir_option, set_option, study_argument
 from tuner.errors import UsageError
 from tuner.output import phase_dir, shown_path
 
@@ -34,7 +35,7 @@ HELP_SKIPPED = 5
 
 @guarded
 def profile(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    path: Path = study_argument(),
     steps: int = typer.Option(
         DEFAULT_STEPS,
         "--steps",
@@ -44,16 +45,8 @@ def profile(
     output: Path | None = typer.Option(
         None, "--output", metavar="PATH", help="The trace file (default: DIR/<study>/profile/trace.json)."
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set data_workers=2."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"),
-        "--output-dir",
-        metavar="DIR",
-        envvar="TUNER_OUTPUT_DIR",
-        help="The default trace goes to DIR/<study>/profile/.",
-    ),
+    set_: list[str] = set_option("Override a field, e.g. --set data_workers=2."),
+    output_dir: Path = output_dir_option("The default trace goes to DIR/<study>/profile/."),
     as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
 ) -> None:
     """Profile a few training steps: time waiting for data, computing and synchronising.

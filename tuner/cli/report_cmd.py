@@ -13,6 +13,7 @@ import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import guarded
+from tuner.cli._options import output_dir_option, storage_option
 from tuner.errors import UsageError
 from tuner.output import shown_path
 
@@ -55,15 +56,8 @@ def report(
     write_next: Path | None = typer.Option(
         None, "--write-next", metavar="PATH", help="Write the next study file, the suggestions applied."
     ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
-    ),
+    output_dir: Path = output_dir_option(),
+    storage: str | None = storage_option(),
 ) -> None:
     """What the study's trials say: best-step position, search-space edges, health, transfer."""
     from tuner.orchestrate.stored import open_reader

@@ -7,33 +7,31 @@ from pathlib import Path
 import typer
 
 from tuner.cli._errors import guarded
+from tuner.cli._options import (
+    devices_option,
+    output_dir_option,
+    progress_option,
+    set_option,
+    storage_option,
+    study_argument,
+    workers_option,
+)
 from tuner.errors import UsageError
 
 
 @guarded
 def run_round(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    path: Path = study_argument(),
     round_number: int = typer.Option(
         ...,
         "--round",
         metavar="N",
         help="1: many short exploration trials; 2 (3...): round N-1's best, longer.",
     ),
-    set_: list[str] = typer.Option(
-        [],
-        "--set",
-        metavar="KEY=VALUE",
-        help="Override a study field (repeatable), e.g. --set batch_size=128.",
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
-    ),
-    devices: str | None = typer.Option(
-        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
-    ),
+    set_: list[str] = set_option("Override a study field (repeatable), e.g. --set batch_size=128."),
+    output_dir: Path = output_dir_option(),
+    workers: int | None = workers_option(),
+    devices: str | None = devices_option(),
     trials: int | None = typer.Option(
         None, "--trials", metavar="N", help="Round 1's trial budget (default: rounds.round1.trials)."
     ),
@@ -49,13 +47,8 @@ def run_round(
     trial_timeout_s: float | None = typer.Option(
         None, "--trial-timeout", metavar="SECONDS", help="Seconds before a trial is killed (reason: timeout)."
     ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
-    ),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
+    storage: str | None = storage_option(),
+    progress: bool = progress_option(),
 ) -> None:
     """Run a round's trials, one worker per device; re-run to continue after an interruption."""
     from tuner.cli._phase_run import PhaseRequest, run_phase

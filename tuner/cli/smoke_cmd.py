@@ -11,6 +11,7 @@ import typer
 
 from tuner.cli._console import err, out, plural
 from tuner.cli._errors import EXIT_FAILED, guarded
+from tuner.cli._options import set_option, study_argument, workers_option
 
 
 def _failed_trials(outcome: object, phase: str) -> list[str]:
@@ -30,13 +31,9 @@ def _failed_trials(outcome: object, phase: str) -> list[str]:
 
 @guarded
 def smoke(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", metavar="N", help="CPU workers (default: one per core)."
-    ),
+    path: Path = study_argument(),
+    set_: list[str] = set_option(),
+    workers: int | None = workers_option("CPU workers (default: one per core)."),
     keep: Path | None = typer.Option(
         None, "--keep", metavar="DIR", help="Keep the run folders and storage in DIR (default: deleted)."
     ),

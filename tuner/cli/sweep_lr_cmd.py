@@ -11,6 +11,15 @@ import typer
 
 from tuner.cli._console import out
 from tuner.cli._errors import guarded
+from tuner.cli._options import (
+    devices_option,
+    output_dir_option,
+    progress_option,
+    set_option,
+    storage_option,
+    study_argument,
+    workers_option,
+)
 from tuner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,22 +65,14 @@ def show_result(outcome: PhaseOutcome, as_json: bool) -> None:
 
 @guarded
 def sweep_lr(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    path: Path = study_argument(),
     extend: bool = typer.Option(
         False, "--extend", help="Add the grid points beyond the edge the fastest LR sits on, and run them."
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
-    ),
-    devices: str | None = typer.Option(
-        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
-    ),
+    set_: list[str] = set_option(),
+    output_dir: Path = output_dir_option(),
+    workers: int | None = workers_option(),
+    devices: str | None = devices_option(),
     max_failed: int | None = typer.Option(
         None, "--max-failed", metavar="N", help="Failure budget (crashes; divergence is not a failure)."
     ),
@@ -81,19 +82,14 @@ def sweep_lr(
     trial_timeout_s: float | None = typer.Option(
         None, "--trial-timeout", metavar="SECONDS", help="Seconds before a trial is killed."
     ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
-    ),
+    storage: str | None = storage_option(),
     max_total_steps: str | None = typer.Option(
         None,
         "--max-total-steps",
         metavar="N",
         help="Train at most N steps over all grid trials (sets sweep_lr.max_total_steps).",
     ),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
+    progress: bool = progress_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the table and verdicts as JSON."),
 ) -> None:
     """Train each grid LR at a constant schedule until it fits the training set; re-run to continue."""

@@ -10,6 +10,7 @@ import typer
 
 from tuner.cli._console import err, out
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
+from tuner.cli._options import output_dir_option, set_option, study_argument
 from tuner.output import shown_path
 
 if TYPE_CHECKING:
@@ -18,17 +19,9 @@ if TYPE_CHECKING:
 
 @guarded
 def train(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set optimizer.lr=0.01."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"),
-        "--output-dir",
-        metavar="DIR",
-        envvar="TUNER_OUTPUT_DIR",
-        help="Where run folders go: DIR/<study>/train/run-NNN.",
-    ),
+    path: Path = study_argument(),
+    set_: list[str] = set_option("Override a field, e.g. --set optimizer.lr=0.01."),
+    output_dir: Path = output_dir_option("Where run folders go: DIR/<study>/train/run-NNN."),
     fresh: bool = typer.Option(False, "--fresh", help="Start a new run even if an unfinished one matches."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show live progress."),
 ) -> None:

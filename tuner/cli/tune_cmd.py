@@ -15,6 +15,15 @@ from typing import TYPE_CHECKING
 import typer
 
 from tuner.cli._errors import guarded
+from tuner.cli._options import (
+    devices_option,
+    output_dir_option,
+    progress_option,
+    set_option,
+    storage_option,
+    study_argument,
+    workers_option,
+)
 
 if TYPE_CHECKING:
     from tuner.cli.tune.context import TuneContext
@@ -75,7 +84,7 @@ def refuse_no_sweep_without_length(context: TuneContext) -> None:
 
 @guarded
 def tune(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
+    path: Path = study_argument(),
     budget: str = typer.Option(
         ...,
         "--budget",
@@ -95,26 +104,13 @@ def tune(
     max_searches: int = typer.Option(
         2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a study field (repeatable)."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    workers: int | None = typer.Option(
-        None, "--workers", metavar="N", help="CPU workers (default: one per GPU, else one per core)."
-    ),
-    devices: str | None = typer.Option(
-        None, "--devices", metavar="IDS", help="GPU ids, one worker each, e.g. 0,1."
-    ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or SQLite).",
-    ),
+    set_: list[str] = set_option(),
+    output_dir: Path = output_dir_option(),
+    workers: int | None = workers_option(),
+    devices: str | None = devices_option(),
+    storage: str | None = storage_option(),
     as_json: bool = typer.Option(False, "--json", help="End with the decision log and the model as JSON."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live view on a terminal."),
+    progress: bool = progress_option(),
 ) -> None:
     """Tune a study within one budget: sweep-lr, round 1, the report's suggestions, round 2, the model."""
     from tuner.cli.tune.context import TuneRequest

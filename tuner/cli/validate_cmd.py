@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
-
 from tuner.cli._console import out, plural
 from tuner.cli._errors import guarded
+from tuner.cli._options import output_dir_option, set_option, storage_option, study_argument
 from tuner.errors import TunerError
 
 if TYPE_CHECKING:
@@ -134,23 +133,12 @@ PROXY_SUGGESTED_FROM = 100  # trials in round 1
 
 @guarded
 def validate(
-    path: Path = typer.Argument(..., metavar="STUDY", help="The study file."),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="Override a field, e.g. --set optimizer.lr=0.01."
+    path: Path = study_argument(),
+    set_: list[str] = set_option("Override a field, e.g. --set optimizer.lr=0.01."),
+    output_dir: Path = output_dir_option(
+        "Where the study's storage is (for sweep-lr's stored max_train_steps)."
     ),
-    output_dir: Path = typer.Option(
-        Path("runs"),
-        "--output-dir",
-        metavar="DIR",
-        envvar="TUNER_OUTPUT_DIR",
-        help="Where the study's storage is (for sweep-lr's stored max_train_steps).",
-    ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's, or SQLite).",
-    ),
+    storage: str | None = storage_option("Storage URL (default: $TUNER_STORAGE, the study's, or SQLite)."),
 ) -> None:
     """Check a study file: one precise error (exit 2), or a summary of what would run."""
     from tuner.playbook.phases import check_schedule_fits

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from tuner.cli._console import err, error_line, out, plural
 from tuner.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, guarded
+from tuner.cli._options import output_dir_option, set_option, storage_option
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.disk_full import DiskFull
@@ -81,17 +82,10 @@ def worker(
         ..., metavar="STUDY", help="The study file (the same one that started the phase)."
     ),
     phase: str = typer.Option(..., "--phase", metavar="PHASE", help="The phase to serve, e.g. round-1."),
-    set_: list[str] = typer.Option(
-        [], "--set", metavar="KEY=VALUE", help="The same overrides the phase was started with."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs"), "--output-dir", metavar="DIR", envvar="TUNER_OUTPUT_DIR", help="Output folder."
-    ),
-    storage: str | None = typer.Option(
-        None,
-        "--storage",
-        metavar="URL",
-        help="Storage URL (default: $TUNER_STORAGE, the study's storage, or the local SQLite file).",
+    set_: list[str] = set_option("The same overrides the phase was started with."),
+    output_dir: Path = output_dir_option(),
+    storage: str | None = storage_option(
+        "Storage URL (default: $TUNER_STORAGE, the study's storage, or the local SQLite file)."
     ),
     device: str | None = typer.Option(
         None, "--device", metavar="ID", help="GPU id for this worker (sets CUDA_VISIBLE_DEVICES)."
