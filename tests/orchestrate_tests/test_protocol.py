@@ -269,6 +269,49 @@ def test_the_worker_never_imports_the_users_workload(tmp_path: Path, output_dir:
     assert not {pid for pid, _ in imports} & {parent for _, parent in imports}  # the worker: never
 
 
+def test_tuner_preload_workload_imports_the_users_module_once_per_worker(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """``TUNER_PRELOAD_WORKLOAD=1``: the worker imports the module before its trials fork, and no
+    trial imports it again (each would pay its imports: scikit-learn's is a CPU second)."""
+    from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study, tuner_env
+    from tuner.workloads import PRELOAD_ENV
+
+    log = tmp_path / "imports.log"
+    study = toy_study(tmp_path, round1={"trials": 3, "steps": 10})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir),
+        env=tuner_env(TOY_IMPORT_LOG=str(log), **{PRELOAD_ENV: "1"}),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(log.read_text().splitlines()) == 1  # the worker's import, inherited by 3 trials
+    assert {t.state.name for t in load_phase(sqlite_url(output_dir), "toy").trials} == {"COMPLETE"}
+
+
+def test_a_preloaded_module_that_fails_to_import_fails_its_trials_with_the_users_line(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """The worker swallows the failed import: each trial imports the module again and reports the
+    error as it always does (naming the user's line), and the worker itself does not crash."""
+    from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study, tuner_env
+    from tuner.workloads import PRELOAD_ENV
+
+    study = toy_study(tmp_path, round1={"trials": 2, "steps": 10, "max_failed": 2, "max_retries": 0})
+    (tmp_path / "toy_workload.py").write_text(
+        "import torch\n\nraise RuntimeError('broken at import')\n\n\ndef build(ctx):\n    pass\n"
+    )
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir),
+        env=tuner_env(**{PRELOAD_ENV: "1"}),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    errors = [t.user_attrs["error"] for t in trials]
+    assert all("broken at import at " in e and "toy_workload.py:3 in <module>" in e for e in errors), errors
+    assert "error: worker" not in done.stderr and "Traceback" not in done.stderr  # the worker did not crash
+
+
 def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_path: Path) -> None:
     """Beats come from their own thread: a worker stuck in a storage retry still looks alive;
     once another worker has failed the trial, the thread says so (the supervisor then abandons)."""

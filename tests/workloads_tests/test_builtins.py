@@ -7,7 +7,11 @@ CPU) but real: a broken model, loss target or data pipeline makes them fail.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,3 +242,24 @@ def test_char_lm_starts_near_uniform_and_learns() -> None:
     # 100 minibatch steps (~1 s): below the corpus's unigram entropy (~3.07 nats) means
     # the model uses context, not just character frequencies.
     assert _train(workload, steps=100, batch_size=16) < 2.8
+
+
+def test_a_worker_preloads_a_builtins_module_and_a_users_only_when_asked(tmp_path: Path) -> None:
+    """``preload_module``: a built-in's module is imported once per worker (its trials fork from
+    it warm); a user's module only with ``TUNER_PRELOAD_WORKLOAD=1``. In a fresh process: this one
+    has imported everything already."""
+    mine = "import sys\nsys.stdout.write('imported ')\n\ndef build(ctx):\n    pass\n"
+    (tmp_path / "mine.py").write_text(mine)
+    script = (
+        "import sys; from pathlib import Path; from tuner.workloads import preload_module; "
+        f"here = Path({str(tmp_path)!r}); "
+        "print(preload_module('digits-mlp', here), 'tuner.workloads.digits' in sys.modules, "
+        "preload_module('mine.py:build', here))"
+    )
+    for value, expected in (("", "True True False"), ("1", "imported True True True")):
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300,
+            env={**os.environ, "TUNER_PRELOAD_WORKLOAD": value},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == expected

@@ -52,9 +52,11 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     Without this each trial paid about a second: ``torch.optim`` imports ``torch._dynamo`` on
     first use. A module a child imports is imported again by every child (the worker never
     sees it). Imports only: no torch op runs here (a forked child must not inherit a busy
-    thread pool). The user's workload is NOT imported here: code that touches CUDA (or anything
-    else that does not survive a fork) at import time would break every trial; each child
-    imports it itself. ``spec`` and ``base_dir`` are kept for callers (and future warm-ups).
+    thread pool). The workload's module is imported here only when that is known to be safe
+    (``tuner.workloads.preload_module``: a built-in, or a user's module with
+    ``TUNER_PRELOAD_WORKLOAD=1``): code that touches CUDA (or anything else that does not
+    survive a fork) at import time would break every trial, so a user's module is otherwise
+    imported by each child itself.
     """
     import torch._dynamo
     import torch.optim
@@ -64,6 +66,9 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
         import torch.profiler._cupti_monitor  # noqa: F401
 
     import tuner.train.run  # noqa: F401  (the whole engine)
+    from tuner.workloads import preload_module
+
+    preload_module(spec.workload.name, base_dir)
 
 
 def _reporter(connection: Any, metric: str, beacon: ProgressBeacon | None) -> Any:

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.workloads._builtins import BUILTINS, regularisation_off
 from tuner.workloads._checks import check_study
-from tuner.workloads._entry_points import EntryPoint, import_entry_point, parse_entry_point
+from tuner.workloads._entry_points import (
+    PRELOAD_ENV,
+    EntryPoint,
+    import_entry_point,
+    parse_entry_point,
+    preload_module,
+)
 from tuner.workloads._interface import IGNORE_INDEX, KNOWN_METRICS, Workload, WorkloadContext
 
 if TYPE_CHECKING:
@@ -39,6 +45,7 @@ __all__ = [
     "BUILTINS",
     "IGNORE_INDEX",
     "KNOWN_METRICS",
+    "PRELOAD_ENV",
     "EntryPoint",
     "GhostBatchNorm",
     "Workload",
@@ -47,5 +54,6 @@ __all__ = [
     "convert_sync_batch_norm",
     "import_entry_point",
     "parse_entry_point",
+    "preload_module",
     "regularisation_off",
 ]
