@@ -196,14 +196,18 @@ def test_kill_9_of_the_command_leaves_no_orphan_and_a_rerun_finishes(
 
 
 def test_kill_9_of_everything_is_healed_by_heartbeats_on_rerun(tmp_path: Path, output_dir: Path) -> None:
-    study = toy_study(tmp_path, options=SLOW, round1={"trials": 4, "steps": 60})
+    # 60 steps of 0.06 s, and a trial caught with its checkpoint at step 10..30: it has >= 1.8 s
+    # left when everything is killed (under the suite and stress-ng on both cores, a trial caught
+    # later on 0.03 s steps once finished first, and no retry had a step to resume from)
+    study = toy_study(tmp_path, options={"step_sleep_s": 0.06}, round1={"trials": 4, "steps": 60})
     args = ("run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir))
     command = start_tuner(*args, start_new_session=True)
     url = sqlite_url(output_dir)
 
     def running_with_checkpoint() -> bool:
         return any(
-            t.state.name == "RUNNING" and t.user_attrs.get("last_checkpoint_step") for t in _trials(url)
+            t.state.name == "RUNNING" and 10 <= (t.user_attrs.get("last_checkpoint_step") or 0) <= 30
+            for t in _trials(url)
         )
 
     wait_for(running_with_checkpoint, what="a running trial with a checkpoint")
