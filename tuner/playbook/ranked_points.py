@@ -86,7 +86,7 @@ def top_points(
     from tuner.orchestrate.duplicates import counted
 
     live = counted(trials)
-    completed = rankable_runs(live)
+    completed = rankable_runs(trials)  # leaves duplicates out itself
     points = points_of(completed, plan)
     noun = "trials" if len(points) == len(completed) else "points"
     if len(points) < top_k:
