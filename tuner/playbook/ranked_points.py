@@ -89,21 +89,20 @@ def top_points(
     completed = rankable_runs(trials)  # leaves duplicates out itself
     points = points_of(completed, plan)
     noun = "trials" if len(points) == len(completed) else "points"
+    unfinished = sum(1 for t in live if not t.state.is_finished())
     if len(points) < top_k:
         diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
         failed = (
             sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
         )
-        running = sum(1 for t in live if not t.state.is_finished())
         of_runs = f", from {len(completed)} runs" if noun == "points" else ""
         raise UsageError(
             f"round {number} trains {source}'s {top_k} best completed {noun}, but {source} has only "
-            f"{len(points)} completed{of_runs} ({failed} failed, {diverged} diverged, {running} running or "
-            f"waiting); finish {source} (tuner run-round STUDY --round {number - 1}) or lower "
+            f"{len(points)} completed{of_runs} ({failed} failed, {diverged} diverged, {unfinished} running "
+            f"or waiting); finish {source} (tuner run-round STUDY --round {number - 1}) or lower "
             f"rounds.round{number}.top_k"
         )
     best_first = ranked(points, direction)
-    unfinished = sum(1 for t in live if not t.state.is_finished())
     note = (
         f"{source} is unfinished ({unfinished} trials running or waiting): its best "
         f"{top_k} of {len(points)} completed {noun} so far are used"
