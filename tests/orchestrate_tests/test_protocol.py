@@ -7,6 +7,7 @@ by the error a dropped connection raises.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,15 @@ def test_the_worker_never_imports_the_users_workload(tmp_path: Path, output_dir:
     assert len(imports) == 2  # one per trial
     assert len({parent for _, parent in imports}) == 1  # the trial processes: children of one worker
     assert not {pid for pid, _ in imports} & {parent for _, parent in imports}  # the worker: never
+    # a worker with nothing left to claim never imports torch either (seconds of CPU, ~300 MB):
+    # its imports, as Python lists them (PYTHONPROFILEIMPORTTIME), hold no torch module
+    late = run_tuner(
+        "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
+        env=tuner_env(PYTHONPROFILEIMPORTTIME="1"),
+    )  # fmt: skip
+    assert late.returncode == 0 and "worker: 0 trials run; done" in late.stdout, late.stdout + late.stderr
+    imported = re.findall(r"^import time:.*\|\s*(\S+)$", late.stderr, flags=re.MULTILINE)
+    assert "optuna" in imported and not [m for m in imported if m.split(".")[0] == "torch"], imported
 
 
 def test_tuner_preload_workload_imports_the_users_module_once_per_worker(

@@ -68,6 +68,9 @@ class WorkerOptions:
     # the phase's trials -> the step from which a trial still training no longer matters
     # (sweep-lr: the fewest steps to fit so far); its trials stop there (``outpaced.py``)
     outpaced_from: Callable[[list[Any]], int | None] | None = None
+    # imports every trial needs (torch, the engine), run once before the first trial forks: a
+    # worker that finds nothing to claim never pays them (``trial_process.warm_up``)
+    warm_up: Callable[[], None] | None = None
 
 
 class PhaseEnd(StrEnum):
@@ -122,6 +125,7 @@ class Worker:
         self._prepared: dict[int, TrialJob] = {}  # slot -> job, for slots created complete
         self.reserve = SpaceReserve(self.status_file.with_suffix(".reserve"))  # see disk_full.py
         self._current: tuple[int, PhaseSettings, Path | None] | None = None  # trial being run
+        self._warm_up = options.warm_up  # None once done
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> WorkerResult:
@@ -304,6 +308,9 @@ class Worker:
             save_error_log(run_dir, message)
             recorder.fail(FailureReason.CRASHED, message, settings)
             return
+        if self._warm_up is not None:  # under the trial's heartbeat: the imports take seconds
+            self._warm_up()
+            self._warm_up = None
         if self.signals.count:  # stopped between the claim and the start: nothing trained yet
             recorder.fail(FailureReason.INTERRUPTED, "interrupted", settings)
             return
