@@ -72,6 +72,15 @@ class Claimer:
             token = uuid.uuid4().hex
         return Decision(Action.WAIT, "the phase lock keeps being lost (the storage connection drops)")
 
+    def would_start(self, settings: PhaseSettings, window_started_at: float | None = None) -> bool:
+        """Would a claim start a trial now? Read without the lock and without writing: a hint
+        (the claim decides again under the lock), which lets a worker import what a trial needs
+        before it claims, and only when there is something to claim (``Worker._serve``)."""
+        trials = counted(self.study.get_trials(deepcopy=False))
+        now = storage_clock(self.storage) if settings.timeout_h is not None else None
+        counts = count_trials(trials, self.direction)
+        return decide(counts, settings, window_started_at=window_started_at, now=now).action == Action.START
+
     def _claim_once(
         self, settings: PhaseSettings, window_started_at: float | None, token: str, lost: LostLocks
     ) -> Claimed | Decision:

@@ -68,8 +68,9 @@ class WorkerOptions:
     # the phase's trials -> the step from which a trial still training no longer matters
     # (sweep-lr: the fewest steps to fit so far); its trials stop there (``outpaced.py``)
     outpaced_from: Callable[[list[Any]], int | None] | None = None
-    # imports every trial needs (torch, the engine), run once before the first trial forks: a
-    # worker that finds nothing to claim never pays them (``trial_process.warm_up``)
+    # imports every trial needs (torch, the engine), run once, when the phase first has a trial
+    # to start, before the claim: a worker that finds nothing to claim (a finished phase, a fleet
+    # larger than what is left) never pays them, ~5 CPU s and ~250 MB (``trial_process.warm_up``)
     warm_up: Callable[[], None] | None = None
 
 
@@ -161,6 +162,11 @@ class Worker:
             if time.monotonic() >= next_stale_check and not after_outage:
                 with_retries(fail_stale_trials, self.storage, self.study, settings)
                 next_stale_check = time.monotonic() + self.heartbeat_s
+            if self._warm_up is not None and with_retries(
+                self.claimer.would_start, settings, window_started_at(attrs)
+            ):  # warm before the claim: a claimed trial still importing holds back the others
+                self._warm_up()  # (a failure budget waits for running trials to prove healthy)
+                self._warm_up = None
             claimed = self.claimer.claim(settings, window_started_at(attrs))
             if isinstance(claimed, Decision):
                 if claimed.action in (Action.DONE, Action.FAILED, Action.STOPPED):
@@ -308,7 +314,7 @@ class Worker:
             save_error_log(run_dir, message)
             recorder.fail(FailureReason.CRASHED, message, settings)
             return
-        if self._warm_up is not None:  # under the trial's heartbeat: the imports take seconds
+        if self._warm_up is not None:  # claimed though the look before said wait (a race, a retry)
             self._warm_up()
             self._warm_up = None
         if self.signals.count:  # stopped between the claim and the start: nothing trained yet
