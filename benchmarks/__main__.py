@@ -11,6 +11,7 @@ import traceback
 from benchmarks import (
     checkpoint_cost,
     cli_startup,
+    fleet,
     ghost_batch_norm,
     input_pipeline,
     loop_overhead,
@@ -30,6 +31,7 @@ BENCHMARKS = (
     cli_startup,
     storage_cost,
     orchestration,
+    fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
     report,
     procedure,
     ghost_batch_norm,

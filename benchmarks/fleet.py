@@ -1,0 +1,364 @@
+"""Many workers on one phase: throughput, turnaround, storage traffic and memory, by storage.
+
+W = 1, 2, 4, 8, 16, 32 ``tuner worker`` processes (``tuner run-round --workers W``) serve one
+round-1 phase of trivial trials: ``busy_workload.py``, 10 steps spinning ``BUSY_S`` in all, one
+eval, one checkpoint (the training engine runs, no real training). Against PostgreSQL
+(``TUNER_TEST_POSTGRES_URL``, else the local server) and against SQLite (W <= 8: one file, one
+lock). The gRPC storage proxy is not measured: a claim still takes a lock that only an RDB storage
+has (issue 20, part 1), so tuner refuses ``grpc://`` today.
+
+For each W:
+- **trials/s**: trials over the span from the first trial's start to the last one's end (the
+  command's start-up, W workers importing torch, left out; ``start-up`` says how long it took);
+- **turnaround p50 / p99**: on each worker, from one trial's end to its next trial's start: the
+  result written, the claim loop (lock, budgets, the new trial's creation) and the fork. It is what
+  a claim costs as a worker sees it, queueing for the phase lock included;
+- **storage transactions per trial** (PostgreSQL): ``pg_stat_database.xact_commit`` of the
+  database over the command, divided by its trials. Every storage call is one transaction;
+  the command's own progress view is counted too (a user runs it);
+- **connections**: the most ``pg_stat_activity`` showed on the database, sampled every 0.2 s;
+- **worker RSS**: a working worker's resident memory (``worker_rss_mb``, recorded with each
+  trial; median) against an idle one's: a ``tuner worker`` started on the finished phase, which
+  finds nothing to claim (peak RSS of the whole process, from ``wait4``). An idle worker must not
+  hold the torch import a trial needs.
+
+And, on PostgreSQL, what a claim reads as a fleet grows: a claim reads the phase's trials under
+the phase lock, and Optuna's storage re-reads every unfinished trial at each read (finished ones
+are cached). ``read of R running trials`` times ``get_trials`` in a fresh process on a phase of R
+RUNNING trials carrying what a running tuner trial carries (16 attributes, 5 reported values),
+for R = ``RUNNING_TRIALS``; the slope is the cost of one running trial to every claim.
+
+Trials per W: ``max(MIN_TRIALS, TRIALS_PER_WORKER x W)``, so each worker runs several.
+On a 2-core machine W >= 4 measures contention more than scale: the figures say what one host's
+storage round trips and locks cost; ``docs/scale.md`` extrapolates from them.
+
+Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,sqlite]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks._common import REPO_ROOT, Result, load, report, stopwatch
+
+NAME = "fleet"
+WORKER_COUNTS = (1, 2, 4, 8, 16, 32)
+SQLITE_MAX_WORKERS = 8
+BUSY_S = 0.01  # a trial's objective: ~10 ms of spinning
+STEPS = 10
+MIN_TRIALS = 40
+TRIALS_PER_WORKER = 8
+DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+RUNNING_TRIALS = (100, 500, 1000)  # phases of R running trials, for the read a claim makes
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """What one command of W workers measured (``None``: not measurable on that storage)."""
+
+    storage: str
+    workers: int
+    trials: int
+    wall_s: float
+    startup_s: float
+    trials_per_s: float
+    turnaround_p50_s: float
+    turnaround_p99_s: float
+    transactions_per_trial: float | None
+    peak_connections: int | None
+    worker_rss_mb: float
+    idle_worker_rss_mb: float
+
+
+def _study(folder: Path, name: str, trials: int) -> Path:
+    shutil.copy(Path(__file__).with_name("busy_workload.py"), folder / "busy_workload.py")
+    study = {
+        "name": name,
+        "workload": {"name": "busy_workload.py:build", "options": {"busy_s": BUSY_S, "steps": STEPS}},
+        "training": {
+            "batch_size": 16,
+            "max_train_steps": STEPS,
+            "eval_every": STEPS,
+            "log_every": STEPS,
+            "keep_best_checkpoints": 1,
+            "prediction_samples": 1,
+            "tensorboard": False,
+            "device": "cpu",
+            "optimizer": {"name": "sgd", "lr": 0.1},
+        },
+        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
+        "rounds": {"round1": {"trials": trials, "steps": STEPS}},
+    }
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+class _PostgresWatch:
+    """Samples the database's connections (every 0.2 s) and counts its committed transactions."""
+
+    def __init__(self, url: str) -> None:
+        import sqlalchemy
+
+        self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _query(self, sql: str) -> int:
+        import sqlalchemy
+
+        with self.engine.connect() as connection:
+            return int(connection.execute(sqlalchemy.text(sql)).scalar() or 0)
+
+    def commits(self) -> int:
+        # a new connection each time: a fresh statistics snapshot; the workers' backends have
+        # flushed their counts when they exited (PostgreSQL 15 flushes at exit)
+        return self._query("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            count = self._query(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+            self.peak = max(self.peak, count)
+
+    def __enter__(self) -> _PostgresWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.engine.dispose()
+
+
+def _turnarounds(trials: list[Any]) -> list[float]:
+    by_worker: dict[str, list[Any]] = {}
+    for trial in sorted(trials, key=lambda t: t.datetime_start):
+        by_worker.setdefault(trial.user_attrs["worker"], []).append(trial)
+    return [
+        (after.datetime_start - before.datetime_complete).total_seconds()
+        for runs in by_worker.values()
+        for before, after in itertools.pairwise(runs)
+    ]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def _idle_worker_rss_mb(study: Path, output: Path, storage: str) -> float:
+    """Peak RSS of a ``tuner worker`` that finds the phase finished (``wait4``'s ru_maxrss, KiB)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "worker", str(study), "--phase", "round-1",
+         "--output-dir", str(output), "--storage", storage, "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO_ROOT,
+    )  # fmt: skip
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"idle tuner worker exited {process.returncode}")
+    return usage.ru_maxrss / 1024
+
+
+def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> FleetRun:
+    import optuna
+
+    trials = max(MIN_TRIALS, TRIALS_PER_WORKER * workers)
+    folder = root / f"{storage_kind}-w{workers}"
+    folder.mkdir(parents=True)
+    name = f"bench-fleet-{storage_kind}-w{workers}-{uuid.uuid4().hex[:8]}"
+    study = _study(folder, name, trials)
+    output = folder / "runs"
+    url = postgres_url if storage_kind == "postgresql" else f"sqlite:///{output / name / 'study.db'}"
+    watch = _PostgresWatch(postgres_url) if storage_kind == "postgresql" else None
+    commits_before = watch.commits() if watch else 0
+    command = [
+        sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", str(workers),
+        "--no-progress", "--output-dir", str(output), "--storage", url,
+    ]  # fmt: skip
+    launched = time.time()
+    elapsed = stopwatch()
+    if watch:
+        with watch:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+    wall = elapsed()
+    if done.returncode != 0:
+        tail = done.stderr[-500:]
+        raise RuntimeError(f"{storage_kind} W={workers}: run-round exited {done.returncode}: {tail}")
+    transactions = (watch.commits() - commits_before) / trials if watch else None
+    phase = optuna.load_study(study_name=f"{name}/round-1", storage=url)
+    done_trials = [t for t in phase.trials if t.state.name == "COMPLETE"]
+    if len(done_trials) != trials:
+        raise RuntimeError(f"{storage_kind} W={workers}: {len(done_trials)} of {trials} trials complete")
+    first = min(t.datetime_start for t in done_trials)
+    span = (max(t.datetime_complete for t in done_trials) - first).total_seconds()
+    turnaround = _turnarounds(done_trials)
+    idle_rss = _idle_worker_rss_mb(study, output, url)
+    if storage_kind == "postgresql":
+        for study_name in (f"{name}/round-1", name):  # keep the shared database small
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=study_name, storage=url)
+    return FleetRun(
+        storage=storage_kind,
+        workers=workers,
+        trials=trials,
+        wall_s=wall,
+        startup_s=first.timestamp() - launched,
+        trials_per_s=trials / span,
+        turnaround_p50_s=_quantile(turnaround, 0.5),
+        turnaround_p99_s=_quantile(turnaround, 0.99),
+        transactions_per_trial=transactions,
+        peak_connections=watch.peak if watch else None,
+        worker_rss_mb=statistics.median(t.user_attrs["worker_rss_mb"] for t in done_trials),
+        idle_worker_rss_mb=idle_rss,
+    )
+
+
+_READ_SCRIPT = """
+import sys, time, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2])
+times = []
+for _ in range(3):
+    started = time.perf_counter()
+    study.get_trials(deepcopy=False)
+    times.append(time.perf_counter() - started)
+print(sorted(times)[1])
+"""
+
+
+def claim_read_s(url: str, running: int) -> float:
+    """Median of 3 ``get_trials`` in a fresh process (Optuna's cache as a worker has it) on a
+    phase of ``running`` RUNNING trials like tuner's; the phase is deleted afterwards."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    name = f"bench-fleet-read-{running}-{uuid.uuid4().hex[:8]}"
+    optuna.create_study(study_name=name, storage=url)
+    storage = optuna.storages.get_storage(url)
+    study_id = storage.get_study_id_from_name(name)
+    template = create_trial(
+        state=TrialState.WAITING,
+        params={"optimizer.lr": 0.1},
+        distributions={"optimizer.lr": FloatDistribution(1e-3, 1.0, log=True)},
+        user_attrs={f"attr_{index}": "x" * 40 for index in range(16)},
+        intermediate_values={step: 0.5 for step in range(5)},
+    )
+    try:
+        for _ in range(running):
+            trial_id = storage.create_new_trial(study_id, template_trial=template)
+            storage.set_trial_state_values(trial_id, TrialState.RUNNING)
+        done = subprocess.run(
+            [sys.executable, "-c", _READ_SCRIPT, name, url], capture_output=True, text=True, check=True
+        )
+        return float(done.stdout.strip())
+    finally:
+        optuna.delete_study(study_name=name, storage=url)
+
+
+def _line(run: FleetRun) -> str:
+    extra = (
+        f", {run.transactions_per_trial:.0f} transactions/trial, {run.peak_connections} connections"
+        if run.transactions_per_trial is not None
+        else ""
+    )
+    return (
+        f"  {run.storage:10s} W={run.workers:2d}: {run.trials} trials in {run.wall_s:.1f}s "
+        f"(start-up {run.startup_s:.1f}s), {run.trials_per_s:.1f} trials/s, turnaround "
+        f"p50 {run.turnaround_p50_s * 1e3:.0f} ms p99 {run.turnaround_p99_s * 1e3:.0f} ms{extra}; "
+        f"worker RSS {run.worker_rss_mb:.0f} MB working, {run.idle_worker_rss_mb:.0f} MB idle"
+    )
+
+
+def _results(run: FleetRun) -> list[Result]:
+    tag = f"{run.storage} W={run.workers}"
+    results = [
+        Result(NAME, f"trials/s, {tag}", run.trials_per_s, "{:.1f}"),
+        Result(NAME, f"turnaround p50, {tag}", run.turnaround_p50_s * 1e3, "{:.0f} ms"),
+        Result(NAME, f"turnaround p99, {tag}", run.turnaround_p99_s * 1e3, "{:.0f} ms"),
+    ]
+    if run.transactions_per_trial is not None and run.peak_connections is not None:
+        results += [
+            Result(NAME, f"storage transactions/trial, {tag}", run.transactions_per_trial, "{:.0f}"),
+            Result(NAME, f"connections at peak, {tag}", run.peak_connections, "{:.0f}"),
+        ]
+    if run.workers == 1:  # the same process whatever W: once per storage is enough
+        results += [
+            Result(NAME, f"working worker RSS, {run.storage}", run.worker_rss_mb, "{:.0f} MB"),
+            Result(
+                NAME,
+                f"idle worker RSS (no torch), {run.storage}",
+                run.idle_worker_rss_mb,
+                "{:.0f} MB",
+                "< working worker's",
+                run.idle_worker_rss_mb < run.worker_rss_mb,
+            ),
+        ]
+    return results
+
+
+def run(
+    worker_counts: tuple[int, ...] = WORKER_COUNTS, storages: tuple[str, ...] = ("postgresql", "sqlite")
+) -> list[Result]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    postgres_url = os.environ.get("TUNER_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
+    print(f"== {NAME}: W tuner workers on one phase of ~{BUSY_S * 1e3:.0f} ms trials  [{load()}]")
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="tuner-fleet-") as tmp:
+        for storage_kind in storages:
+            for workers in worker_counts:
+                if storage_kind == "sqlite" and workers > SQLITE_MAX_WORKERS:
+                    continue
+                fleet = measure(storage_kind, workers, Path(tmp), postgres_url)
+                print(_line(fleet), flush=True)
+                results += _results(fleet)
+    if "postgresql" in storages:
+        reads = {running: claim_read_s(postgres_url, running) for running in RUNNING_TRIALS}
+        slope = statistics.linear_regression(list(reads), list(reads.values())).slope
+        for running, seconds in reads.items():
+            print(f"  a claim's read of {running} running trials: {seconds * 1e3:.0f} ms", flush=True)
+            results.append(
+                Result(NAME, f"claim's read of {running} running trials", seconds * 1e3, "{:.0f} ms")
+            )
+        results.append(Result(NAME, "claim's read, per running trial", slope * 1e3, "{:.2f} ms"))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default=",".join(map(str, WORKER_COUNTS)), help="e.g. 1,2,4")
+    parser.add_argument("--storages", default="postgresql,sqlite", help="postgresql and/or sqlite")
+    args = parser.parse_args()
+    counts = tuple(int(part) for part in args.workers.split(","))
+    storages = tuple(part.strip() for part in args.storages.split(","))
+    report(NAME, run(counts, storages))
+
+
+if __name__ == "__main__":
+    main()
