@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -394,4 +395,5 @@ def test_help_is_clean_at_80_columns() -> None:
     for option in ("--storage URL", "--output-dir DIR", "--csv PATH", "--json"):
         assert f"  {option} " in text, text
     root = plain(invoke("--help", env={"COLUMNS": "80"}).stdout)
-    assert "  list       Every study: the experiment-tracking table.\n" in root
+    assert re.search(r"^  list +Every study: the experiment-tracking table\.$", root, re.MULTILINE), root
+    assert all(len(line) <= 80 for line in root.splitlines()), root

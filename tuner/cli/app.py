@@ -25,6 +25,7 @@ from tuner.cli import (
     report_cmd,
     run_round_cmd,
     smoke_cmd,
+    storage_proxy_cmd,
     sweep_lr_cmd,
     train_cmd,
     tune_cmd,
@@ -121,6 +122,9 @@ app.command("report", cls=TunerCommand, short_help="What the trials say, and wha
 app.command("profile", cls=TunerCommand, short_help="Where a training step's time goes.")(profile_cmd.profile)
 app.command("list", cls=TunerCommand, short_help="Every study: the experiment-tracking table.")(
     list_cmd.list_studies
+)
+app.command("storage-proxy", cls=TunerCommand, short_help="Serve a study database over gRPC.")(
+    storage_proxy_cmd.storage_proxy
 )
 
 

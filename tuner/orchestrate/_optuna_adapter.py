@@ -1,6 +1,7 @@
 """The few things tuner needs from Optuna that its public API does not offer, in one place:
-three private calls (below), reading a whole study fast from Optuna's tables, and, for tests
-only, skewing the clock Optuna stamps trials with (at the end).
+three private calls (below), reading a whole study fast from Optuna's tables, the gRPC proxy's
+server object (``grpc_proxy_server``), and, for tests only, skewing the clock Optuna stamps trials
+with (at the end).
 
 Everything else goes through public API: ``RDBStorage`` methods (``create_new_trial``,
 ``set_trial_state_values``, ``record_heartbeat``, ``get_trial_id_from_study_id_trial_number``…)
@@ -47,6 +48,27 @@ def trial_for_sampling(study: Any, trial_id_: int) -> Any:
     import optuna
 
     return optuna.trial.Trial(study, trial_id_)
+
+
+def grpc_proxy_server(storage: Any, host: str, port: int, thread_pool: Any) -> Any:
+    """Optuna's gRPC storage proxy server for ``storage``, bound and not yet started.
+
+    Private: the public ``run_grpc_proxy_server`` builds this same server with ``make_server``,
+    then blocks with no handle on it, so a Ctrl-C could only kill it mid-request. With the server
+    ``tuner storage-proxy`` stops it with ``stop(grace)``: requests in flight finish first. A port
+    that cannot be bound (in use, or an address not this machine's) is one line, exit 2.
+    """
+    from optuna.storages._grpc.server import make_server
+
+    from tuner.errors import UsageError
+
+    try:
+        return make_server(storage, host, port, thread_pool)
+    except RuntimeError as error:  # grpc: "Failed to bind to address ..."
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({str(error).strip() or 'bind failed'}): the port is in "
+            "use, or the address is not one of this machine's; choose another with --host/--port"
+        ) from None
 
 
 # -- reading a whole study fast: Optuna's tables, read with plain SELECTs --------------------------

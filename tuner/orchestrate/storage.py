@@ -117,6 +117,12 @@ def open_storage(
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     parsed = parse_storage_url(url)
+    if parsed.backend is Backend.GRPC:
+        raise UsageError(
+            f"storage {redact_url(url)}: trials cannot be claimed through the gRPC storage proxy "
+            "yet (a claim takes a lock that only SQLite and PostgreSQL have); point this command at "
+            "the database behind the proxy (postgresql://...). report and list read through it"
+        )
     if parsed.in_memory:
         raise UsageError(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "

@@ -15,22 +15,26 @@ from pathlib import Path
 
 from tuner.errors import UsageError
 
-SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB"
+SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB (or grpc://HOST:PORT, a tuner storage-proxy)"
+GRPC_DEFAULT_PORT = 13000  # Optuna's run_grpc_proxy_server default
 
 
 class Backend(enum.Enum):
     SQLITE = "sqlite"
     POSTGRESQL = "postgresql"
+    GRPC = "grpc"  # Optuna's gRPC storage proxy (``tuner storage-proxy``) in front of one of the two
 
 
 @dataclass(frozen=True)
 class StorageUrl:
     """``url`` is what the engine is given (``postgresql://`` spelled with the psycopg 3 driver);
-    ``sqlite_file`` the database file (None for PostgreSQL or an in-memory SQLite database)."""
+    ``sqlite_file`` the database file (None for PostgreSQL or an in-memory SQLite database);
+    ``grpc_address`` the proxy's host and port (``grpc://``)."""
 
     url: str
     backend: Backend
     sqlite_file: Path | None = None
+    grpc_address: tuple[str, int] | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -53,6 +57,8 @@ def parse_storage_url(url: str) -> StorageUrl:
     from tuner.spec import redact_storage_url
 
     scheme = _scheme(url)
+    if scheme == "grpc":
+        return StorageUrl(url, Backend.GRPC, grpc_address=_grpc_address(url))
     if scheme in ("postgresql", "postgres"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     elif scheme != "sqlite" and not scheme.startswith("postgresql+"):  # the lock works with any driver
@@ -69,6 +75,24 @@ def parse_storage_url(url: str) -> StorageUrl:
     database = parsed.database
     in_memory = database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
     return StorageUrl(url, Backend.SQLITE, None if in_memory else Path(str(database)))
+
+
+def _grpc_address(url: str) -> tuple[str, int]:
+    """``grpc://HOST[:PORT]`` -> (host, port); nothing else (a path, a user) means anything."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or GRPC_DEFAULT_PORT
+    except ValueError:
+        parts, port = None, 0
+    if parts is None or not parts.hostname or parts.path not in ("", "/") or parts.query or parts.username:
+        from tuner.spec import redact_storage_url
+
+        raise UsageError(
+            f"storage {redact_storage_url(url)} is not a gRPC proxy address: give grpc://HOST:PORT"
+        )
+    return parts.hostname, port
 
 
 def sqlite_file(url: str) -> Path | None:

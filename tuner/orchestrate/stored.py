@@ -81,7 +81,10 @@ class StorageReader:
         return redact_url(self.url)
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self.engine is not None:
+            self.engine.dispose()
+        elif self._optuna_storage is not None:  # a gRPC proxy's channel
+            self._optuna_storage.close()
 
     def __enter__(self) -> StorageReader:
         return self
@@ -101,6 +104,17 @@ class StorageReader:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot read storage {self.shown_url}: {_scrub(first, self.url)}") from None
 
+    @contextlib.contextmanager
+    def _proxy_errors(self) -> Iterator[None]:
+        """A gRPC proxy that stops answering mid-read is one line, not a gRPC stack trace."""
+        try:
+            yield
+        except Exception as error:
+            if type(error).__module__.split(".")[0] != "grpc":
+                raise
+            details = getattr(error, "details", lambda: "")() or type(error).__name__
+            raise UsageError(f"the storage proxy at {self.shown_url} stopped answering: {details}") from None
+
     def _public(self) -> Any:
         """Optuna's own storage, for a schema this module does not know (slow, but public API)."""
         if self._optuna_storage is None:
@@ -113,7 +127,8 @@ class StorageReader:
     def optuna_study_names(self) -> list[str]:
         """Every Optuna study in the storage, in creation order."""
         if not self.fast:
-            return [s.study_name for s in self._public().get_all_studies()]
+            with self._proxy_errors():
+                return [s.study_name for s in self._public().get_all_studies()]
         from tuner.orchestrate import _optuna_adapter as adapter
 
         with self._connection() as connection:
@@ -132,7 +147,8 @@ class StorageReader:
         """The phase with its trials (no intermediate values: see ``intermediate_values``)."""
         name = f"{study}{PHASE_SEPARATOR}{phase}"
         if not self.fast:
-            return self._read_public(study, phase)
+            with self._proxy_errors():
+                return self._read_public(study, phase)
         from tuner.orchestrate import _optuna_adapter as adapter
 
         with self._connection() as connection:
@@ -149,7 +165,8 @@ class StorageReader:
             import optuna
 
             try:
-                return dict(optuna.load_study(study_name=optuna_name, storage=self._public()).user_attrs)
+                with self._proxy_errors():
+                    return dict(optuna.load_study(study_name=optuna_name, storage=self._public()).user_attrs)
             except KeyError:
                 return None
         from tuner.orchestrate import _optuna_adapter as adapter
@@ -169,8 +186,9 @@ class StorageReader:
         if not self.fast:
             import optuna
 
-            loaded = optuna.load_study(study_name=name, storage=self._public())
-            trials = loaded.get_trials(deepcopy=False)
+            with self._proxy_errors():
+                loaded = optuna.load_study(study_name=name, storage=self._public())
+                trials = loaded.get_trials(deepcopy=False)
             return {t.number: dict(t.intermediate_values) for t in trials if t.number in set(wanted)}
         from tuner.orchestrate import _optuna_adapter as adapter
 
@@ -211,6 +229,10 @@ def open_reader(url: str) -> StorageReader:
     from tuner.orchestrate import _optuna_adapter as adapter
 
     parsed = parse_storage_url(url)
+    if parsed.grpc_address is not None:
+        reader = StorageReader(url, None, fast=False)  # the proxy serves Optuna's API, not SQL
+        reader._optuna_storage = open_grpc_proxy(*parsed.grpc_address)
+        return reader
     normalised = parsed.url
     if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.is_file()):
         raise UsageError(
@@ -231,6 +253,31 @@ def open_reader(url: str) -> StorageReader:
         engine.dispose()
         raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")
     return StorageReader(url, engine, fast=known)
+
+
+PROXY_ANSWER_S = 5.0  # a proxy that does not answer by then is down, or the address is wrong
+
+
+def open_grpc_proxy(host: str, port: int) -> Any:
+    """Optuna's client of a gRPC storage proxy (``tuner storage-proxy``), once it answers; an
+    address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
+    error later."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        proxy.wait_server_ready(timeout=PROXY_ANSWER_S)
+    except ConnectionError:
+        proxy.close()
+        raise UsageError(
+            f"no storage proxy answers at grpc://{host}:{port} (waited {PROXY_ANSWER_S:g} s): is "
+            "`tuner storage-proxy` running there, and is the port reachable from here?"
+        ) from None
+    return proxy
 
 
 def _raise_if_damaged(url: str, error: BaseException) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from rich.text import Text
 
-from tuner.orchestrate.storage_url import is_postgres, sqlite_file
+from tuner.orchestrate.storage_url import sqlite_file
 from tuner.output import shown_path
 from tuner.report.build import PhaseReport, StudyReport
 from tuner.report.delivered import DeliveredModel
@@ -210,7 +210,10 @@ def labelled_path(label: str, path: str, note: str, width: int, style: str = "")
     """A path after its label (relative to the current folder when inside it; an SQLite URL as its
     file), or, too long for that, on a line of its own (never broken), then ``note``."""
     database = sqlite_file(path)
-    path = shown_path(database if database is not None else path) if not is_postgres(path) else path
+    if database is not None:
+        path = shown_path(database)
+    elif "://" not in path:  # a file; any other URL (postgresql://, grpc://) as it is
+        path = shown_path(path)
     if LABEL + len(path) <= width:
         return labelled(label, f"{path} {note}".rstrip(), width, style)
     lines = [Text(label, style="bold"), Text("  " + path, style=style)]
