@@ -156,3 +156,34 @@ def report(title: str, results: Sequence[Result]) -> None:
     """The end of a benchmark run on its own: its figures as a table."""
     print(f"\n{title}")
     print_table(results)
+
+
+def busy_study(folder: Path, name: str, busy_s: float, steps: int, trials: int) -> Path:
+    """``folder/study.yaml``: round 1 of ``trials`` trials on ``busy_workload.py`` (copied beside
+    it), each ``steps`` steps spinning ``busy_s`` in all, one eval, one checkpoint: a trial whose
+    cost is known, so what shows is what tuner adds (``orchestration.py``, ``fleet.py``)."""
+    import shutil
+
+    import yaml
+
+    shutil.copy(Path(__file__).with_name("busy_workload.py"), folder / "busy_workload.py")
+    study = {
+        "name": name,
+        "workload": {"name": "busy_workload.py:build", "options": {"busy_s": busy_s, "steps": steps}},
+        "training": {
+            "batch_size": 16,
+            "max_train_steps": steps,
+            "eval_every": steps,
+            "log_every": steps,
+            "keep_best_checkpoints": 1,
+            "prediction_samples": 1,
+            "tensorboard": False,
+            "device": "cpu",
+            "optimizer": {"name": "sgd", "lr": 0.1},
+        },
+        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
+        "rounds": {"round1": {"trials": trials, "steps": steps}},
+    }
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path

@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import itertools
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -53,9 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks._common import REPO_ROOT, Result, load, report, stopwatch
+from benchmarks._common import REPO_ROOT, Result, busy_study, load, report, stopwatch
 
 NAME = "fleet"
 WORKER_COUNTS = (1, 2, 4, 8, 16, 32)
@@ -84,30 +81,6 @@ class FleetRun:
     peak_connections: int | None
     worker_rss_mb: float
     idle_worker_rss_mb: float
-
-
-def _study(folder: Path, name: str, trials: int) -> Path:
-    shutil.copy(Path(__file__).with_name("busy_workload.py"), folder / "busy_workload.py")
-    study = {
-        "name": name,
-        "workload": {"name": "busy_workload.py:build", "options": {"busy_s": BUSY_S, "steps": STEPS}},
-        "training": {
-            "batch_size": 16,
-            "max_train_steps": STEPS,
-            "eval_every": STEPS,
-            "log_every": STEPS,
-            "keep_best_checkpoints": 1,
-            "prediction_samples": 1,
-            "tensorboard": False,
-            "device": "cpu",
-            "optimizer": {"name": "sgd", "lr": 0.1},
-        },
-        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
-        "rounds": {"round1": {"trials": trials, "steps": STEPS}},
-    }
-    path = folder / "study.yaml"
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
-    return path
 
 
 class _PostgresWatch:
@@ -188,7 +161,7 @@ def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> F
     folder = root / f"{storage_kind}-w{workers}"
     folder.mkdir(parents=True)
     name = f"bench-fleet-{storage_kind}-w{workers}-{uuid.uuid4().hex[:8]}"
-    study = _study(folder, name, trials)
+    study = busy_study(folder, name, BUSY_S, STEPS, trials)
     output = folder / "runs"
     url = postgres_url if storage_kind == "postgresql" else f"sqlite:///{output / name / 'study.db'}"
     watch = _PostgresWatch(postgres_url) if storage_kind == "postgresql" else None

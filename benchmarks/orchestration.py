@@ -25,7 +25,6 @@ import datetime
 import itertools
 import math
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,9 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmarks._common import REPO_ROOT, Result, load, report, stopwatch
+from benchmarks._common import REPO_ROOT, Result, busy_study, load, report, stopwatch
 
 NAME = "orchestration"
 TRIALS = 100
@@ -68,30 +65,6 @@ study.optimize(objective, n_trials=trials)
 """
 
 
-def _study(folder: Path, busy_s: float, trials: int) -> Path:
-    shutil.copy(Path(__file__).with_name("busy_workload.py"), folder / "busy_workload.py")
-    study = {
-        "name": "bench-orchestration",
-        "workload": {"name": "busy_workload.py:build", "options": {"busy_s": busy_s, "steps": STEPS}},
-        "training": {
-            "batch_size": 16,
-            "max_train_steps": STEPS,
-            "eval_every": STEPS,
-            "log_every": STEPS,
-            "keep_best_checkpoints": 1,
-            "prediction_samples": 1,
-            "tensorboard": False,
-            "device": "cpu",
-            "optimizer": {"name": "sgd", "lr": 0.1},
-        },
-        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}},
-        "rounds": {"round1": {"trials": trials, "steps": STEPS}},
-    }
-    path = folder / "study.yaml"
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
-    return path
-
-
 def _children_cpu_s() -> float:
     """User + system CPU of every finished descendant (workers and their trials included)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -101,7 +74,7 @@ def _children_cpu_s() -> float:
 def _run_ours(folder: Path, busy_s: float, trials: int) -> tuple[float, float, list[Any], datetime.datetime]:
     import optuna
 
-    study = _study(folder, busy_s, trials)
+    study = busy_study(folder, "bench-orchestration", busy_s, STEPS, trials)
     output = folder / "runs"
     cpu = _children_cpu_s()
     launched = datetime.datetime.now()  # the clock Optuna stamps trials with
