@@ -24,7 +24,10 @@ $(VENV)/.installed: pyproject.toml
 
 # TEST_WORKERS test files at a time (pytest-xdist); files stay whole (their tests share fixtures
 # and timing), the slowest first (tests/conftest.py SLOWEST_FILES, not xdist's reorder)
+# compileall first: with PYTHONDONTWRITEBYTECODE set (as on the CI machine) every process of the
+# suite would compile tuner's modules again (~0.1 CPU s each, ~500 processes); it only reads them
 test: install
+	$(BIN)/python -m compileall -q tuner tests benchmarks > /dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the playbook's procedure on the digits MLP, then its report (and the HTML page's path);
