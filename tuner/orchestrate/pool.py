@@ -131,8 +131,9 @@ def _label(device: str) -> str:
 class LocalPool:
     """Local ``tuner worker`` processes: ``start()`` them, then ``wait()`` for them.
 
-    Started before the phase exists on purpose: a worker spends seconds importing torch, while
-    the command creates the phase; the workers wait for it (see ``tuner worker``).
+    Started before the phase exists on purpose: a worker spends a second or two on its own
+    imports while the command creates the phase, and waits for it (see ``tuner worker``); it
+    imports torch once the phase has a trial for it (``WorkerOptions.warm_up``).
     A first SIGINT/SIGTERM is forwarded once (each worker stops its trial with a checkpoint);
     a second one is forwarded again (workers then kill their trials at once).
     Side effects: ``log_dir/<label>.log`` holds each worker's output.
