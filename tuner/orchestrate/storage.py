@@ -91,6 +91,17 @@ def _prepare_sqlite(path: Path) -> None:
         connection.execute("PRAGMA journal_mode=WAL")
 
 
+def quiet_optuna() -> None:
+    """Silence Optuna's own log lines ("A new study created…") and its experimental-feature
+    warnings (heartbeats, the gRPC proxy): our commands say what happens in their own words."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
 def open_storage(
     url: str,
     *,
@@ -105,16 +116,12 @@ def open_storage(
     waits for the answer), unless ``wait_out_outage``: a worker, which starts while the server may
     be restarting, waits it out as it would mid-phase (``outage.py``).
 
-    Side effect: Optuna's own log lines ("A new study created…") and its experimental-feature
-    warnings (heartbeats) are silenced: our commands say what happens in their own words.
+    Side effect: Optuna is quieted (``quiet_optuna``).
     """
-    import warnings
-
     import optuna
     from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_optuna()
 
     parsed = parse_storage_url(url)
     if parsed.backend is Backend.GRPC:

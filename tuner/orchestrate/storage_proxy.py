@@ -22,7 +22,7 @@ from typing import Any
 from tuner.errors import UsageError
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import SignalFlag
-from tuner.orchestrate.storage import _scrub, redact_url
+from tuner.orchestrate.storage import _scrub, quiet_optuna, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -51,13 +51,10 @@ class ProxyEvent:
 
 def _backend(url: str, threads: int) -> tuple[Any, Any]:
     """(Optuna's cached storage for the proxy, the engine behind it, for health checks)."""
-    import warnings
-
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_optuna()
     parsed = parse_storage_url(url)
     if parsed.backend is Backend.GRPC:
         raise UsageError(f"--storage {url} is itself a proxy: give the database (postgresql://...)")

@@ -20,7 +20,7 @@ from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
-from tuner.orchestrate.storage import _scrub, redact_url
+from tuner.orchestrate.storage import _scrub, quiet_optuna, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
 
 PHASE_SEPARATOR = "/"
@@ -262,12 +262,9 @@ def open_grpc_proxy(host: str, port: int) -> Any:
     """Optuna's client of a gRPC storage proxy (``tuner storage-proxy``), once it answers; an
     address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
     error later."""
-    import warnings
-
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    quiet_optuna()
     proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
     try:
         proxy.wait_server_ready(timeout=PROXY_ANSWER_S)

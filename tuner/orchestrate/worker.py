@@ -68,9 +68,8 @@ class WorkerOptions:
     # the phase's trials -> the step from which a trial still training no longer matters
     # (sweep-lr: the fewest steps to fit so far); its trials stop there (``outpaced.py``)
     outpaced_from: Callable[[list[Any]], int | None] | None = None
-    # imports every trial needs (torch, the engine), run once, when the phase first has a trial
-    # to start, before the claim: a worker that finds nothing to claim (a finished phase, a fleet
-    # larger than what is left) never pays them, ~5 CPU s and ~250 MB (``trial_process.warm_up``)
+    # imports every trial needs (torch, the engine; ``trial_process.warm_up``), run once the phase
+    # has a trial to start: a worker with nothing to claim never pays them (~5 CPU s, ~300 MB)
     warm_up: Callable[[], None] | None = None
 
 
@@ -165,8 +164,7 @@ class Worker:
             if self._warm_up is not None and with_retries(
                 self.claimer.would_start, settings, window_started_at(attrs)
             ):  # warm before the claim: a claimed trial still importing holds back the others
-                self._warm_up()  # (a failure budget waits for running trials to prove healthy)
-                self._warm_up = None
+                self._warm()  # (a failure budget waits for running trials to prove healthy)
             claimed = self.claimer.claim(settings, window_started_at(attrs))
             if isinstance(claimed, Decision):
                 if claimed.action in (Action.DONE, Action.FAILED, Action.STOPPED):
@@ -207,6 +205,11 @@ class Worker:
             fixed_params=params,
             user_attrs=user_attrs,
         )
+
+    def _warm(self) -> None:  # ``WorkerOptions.warm_up``, once
+        if self._warm_up is not None:
+            self._warm_up()
+            self._warm_up = None
 
     # -- one trial --------------------------------------------------------------------------
     def _run_dir(self, slot: int, attempt: int, resume_dir: str | None) -> Path:
@@ -314,9 +317,7 @@ class Worker:
             save_error_log(run_dir, message)
             recorder.fail(FailureReason.CRASHED, message, settings)
             return
-        if self._warm_up is not None:  # claimed though the look before said wait (a race, a retry)
-            self._warm_up()
-            self._warm_up = None
+        self._warm()  # claimed though the look before said wait (a race, a retry): not yet done
         if self.signals.count:  # stopped between the claim and the start: nothing trained yet
             recorder.fail(FailureReason.INTERRUPTED, "interrupted", settings)
             return
