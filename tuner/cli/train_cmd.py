@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import typer
@@ -46,21 +48,38 @@ def train(
     run_dir = choose_run_dir(output_dir, loaded.spec, "train", fresh=fresh)
     if (run_dir / "checkpoints" / "latest.pt").exists():
         err.print(f"resuming {shown_path(run_dir)}")
-    result = run_training(
-        loaded.spec,
-        run_dir,
-        base_dir=loaded.base_dir,
-        console=err,
-        command=reproduce_command(path, {}, None, output_dir, set_),  # no trial values
-        progress=progress,
-        start_method="fork",  # no torch operation has run in this process: ranks fork safely
-    )
-    # the run has ended and status.json says how: a Ctrl-C while this is said has nothing to stop
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # While training runs, the engine's own handlers stop it cleanly (and restore this one after)
+    previous = signal.signal(signal.SIGINT, _interrupt_unless_ended(run_dir))
     try:
+        result = run_training(
+            loaded.spec,
+            run_dir,
+            base_dir=loaded.base_dir,
+            console=err,
+            command=reproduce_command(path, {}, None, output_dir, set_),  # no trial values
+            progress=progress,
+            start_method="fork",  # no torch operation has run in this process: ranks fork safely
+        )
         _summarise(loaded.spec.objective.metric, result)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_unless_ended(run_dir: Path) -> Callable[[int, FrameType | None], None]:
+    """A Ctrl-C handler: ``KeyboardInterrupt`` until the run's ``status.json`` says it has ended.
+
+    Why: a run of several processes ends in its rank 0, and this process learns it only when the
+    ranks have exited. A Ctrl-C in between, or while the result is said, has nothing left to stop:
+    the run is complete on disk, and the command must say so (exit 0), not "interrupted" (130).
+    ``choose_run_dir`` gives a new or an unfinished folder, so an ended status is this run's end.
+    """
+    from tuner.train import has_ended
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not has_ended(run_dir):
+            raise KeyboardInterrupt
+
+    return handler
 
 
 def _summarise(metric: str, result: RunResult) -> None:

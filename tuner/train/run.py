@@ -36,7 +36,7 @@ from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
 from tuner.train.proxy import proxy_split
 from tuner.train.rng import derive_seed, seed_torch, trial_seeds
-from tuner.train.run_folder import UNFINISHED, locked_run_dir, prepare_run_dir, read_status, write_status
+from tuner.train.run_folder import has_ended, locked_run_dir, prepare_run_dir, write_status
 from tuner.train.run_parts import (
     build_evaluator,
     cross_entropy_per_item,
@@ -123,7 +123,7 @@ def run_training(
             # tuner's own errors (a data worker's WorkloadCodeError, another rank's) say what they are
             message = str(said) if isinstance(said, TunerError) else f"{type(error).__name__}: {error}"
             # a Ctrl-C that lands after the run ended (its status written) changes nothing on disk
-            if not (interrupted and read_status(run_dir).get("status") not in (None, *UNFINISHED)):
+            if not (interrupted and has_ended(run_dir)):
                 write_status(
                     run_dir,
                     durable=training.fsync_checkpoints,

@@ -45,6 +45,11 @@ def read_status(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def has_ended(run_dir: Path) -> bool:
+    """``status.json`` records the run's end (completed, target reached, diverged, stopped)."""
+    return read_status(run_dir).get("status") not in (None, *UNFINISHED)
+
+
 def write_status(run_dir: Path, *, durable: bool = False, **fields: Any) -> dict[str, Any]:
     """Merge ``fields`` into ``status.json``. Atomic, like every run-folder file; fsynced only
     when ``durable`` (``training.fsync_checkpoints``): against a process death (what preemption
