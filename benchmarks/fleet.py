@@ -4,8 +4,9 @@ W = 1, 2, 4, 8, 16, 32 ``tuner worker`` processes (``tuner run-round --workers W
 round-1 phase of trivial trials: ``busy_workload.py``, 10 steps spinning ``BUSY_S`` in all, one
 eval, one checkpoint (the training engine runs, no real training). Against PostgreSQL
 (``TUNER_TEST_POSTGRES_URL``, else the local server) and against SQLite (W <= 8: one file, one
-lock). The gRPC storage proxy is not measured: a claim still takes a lock that only an RDB storage
-has (issue 20, part 1), so tuner refuses ``grpc://`` today.
+lock), and through Optuna's gRPC storage proxy (``tuner storage-proxy``) in front of the same
+PostgreSQL: there no lock passes, two workers may create one slot, and the one that lost yields
+(``duplicates``: how many trials were created and failed so).
 
 For each W:
 - **trials/s**: trials over the span from the first trial's start to the last one's end (the
@@ -32,7 +33,7 @@ Trials per W: ``max(MIN_TRIALS, TRIALS_PER_WORKER x W)``, so each worker runs se
 On a 2-core machine W >= 4 measures contention more than scale: the figures say what one host's
 storage round trips and locks cost; ``docs/scale.md`` extrapolates from them.
 
-Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,sqlite]``.
+Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,grpc,sqlite]``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class FleetRun:
     peak_connections: int | None
     worker_rss_mb: float
     idle_worker_rss_mb: float
+    duplicates: int = 0  # trials that lost a race for their slot (no lock: the gRPC proxy)
 
 
 class _PostgresWatch:
@@ -155,16 +157,59 @@ def _idle_worker_rss_mb(study: Path, output: Path, storage: str) -> float:
 
 
 def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> FleetRun:
-    import optuna
-
     trials = max(MIN_TRIALS, TRIALS_PER_WORKER * workers)
     folder = root / f"{storage_kind}-w{workers}"
     folder.mkdir(parents=True)
     name = f"bench-fleet-{storage_kind}-w{workers}-{uuid.uuid4().hex[:8]}"
     study = busy_study(folder, name, BUSY_S, STEPS, trials)
     output = folder / "runs"
-    url = postgres_url if storage_kind == "postgresql" else f"sqlite:///{output / name / 'study.db'}"
-    watch = _PostgresWatch(postgres_url) if storage_kind == "postgresql" else None
+    url = postgres_url if storage_kind != "sqlite" else f"sqlite:///{output / name / 'study.db'}"
+    with contextlib.ExitStack() as stack:
+        if storage_kind == "grpc":
+            url = stack.enter_context(_storage_proxy(postgres_url, workers))
+        return _measure(storage_kind, workers, trials, name, study, output, url, postgres_url)
+
+
+@contextlib.contextmanager
+def _storage_proxy(postgres_url: str, workers: int) -> Any:
+    """``tuner storage-proxy`` in front of ``postgres_url`` on a free port; its ``grpc://`` URL."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "storage-proxy", "--storage", postgres_url, "--port", str(port),
+         "--workers", str(workers)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proxy.stdout is not None
+    first = proxy.stdout.readline()
+    if "serving" not in first:
+        proxy.kill()
+        raise RuntimeError(f"tuner storage-proxy did not start: {first}{proxy.stdout.read()}")
+    try:
+        yield f"grpc://127.0.0.1:{port}"
+    finally:
+        proxy.send_signal(2)  # Ctrl-C: it stops cleanly
+        proxy.communicate(timeout=60)
+
+
+def _measure(
+    storage_kind: str,
+    workers: int,
+    trials: int,
+    name: str,
+    study: Path,
+    output: Path,
+    url: str,
+    postgres_url: str,
+) -> FleetRun:
+    import optuna
+
+    from tuner.orchestrate.budget import DUPLICATE_ATTR, counted
+
+    watch = _PostgresWatch(postgres_url) if storage_kind != "sqlite" else None
     commits_before = watch.commits() if watch else 0
     command = [
         sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", str(workers),
@@ -182,18 +227,20 @@ def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> F
         tail = done.stderr[-500:]
         raise RuntimeError(f"{storage_kind} W={workers}: run-round exited {done.returncode}: {tail}")
     transactions = (watch.commits() - commits_before) / trials if watch else None
-    phase = optuna.load_study(study_name=f"{name}/round-1", storage=url)
-    done_trials = [t for t in phase.trials if t.state.name == "COMPLETE"]
+    stored = postgres_url if storage_kind == "grpc" else url  # read behind the proxy
+    phase = optuna.load_study(study_name=f"{name}/round-1", storage=stored)
+    done_trials = [t for t in counted(phase.trials) if t.state.name == "COMPLETE"]
     if len(done_trials) != trials:
         raise RuntimeError(f"{storage_kind} W={workers}: {len(done_trials)} of {trials} trials complete")
     first = min(t.datetime_start for t in done_trials)
     span = (max(t.datetime_complete for t in done_trials) - first).total_seconds()
     turnaround = _turnarounds(done_trials)
     idle_rss = _idle_worker_rss_mb(study, output, url)
-    if storage_kind == "postgresql":
+    duplicates = sum(DUPLICATE_ATTR in t.user_attrs for t in phase.trials)
+    if storage_kind != "sqlite":
         for study_name in (f"{name}/round-1", name):  # keep the shared database small
             with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=study_name, storage=url)
+                optuna.delete_study(study_name=study_name, storage=postgres_url)
     return FleetRun(
         storage=storage_kind,
         workers=workers,
@@ -207,6 +254,7 @@ def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> F
         peak_connections=watch.peak if watch else None,
         worker_rss_mb=statistics.median(t.user_attrs["worker_rss_mb"] for t in done_trials),
         idle_worker_rss_mb=idle_rss,
+        duplicates=duplicates,
     )
 
 
@@ -264,6 +312,7 @@ def _line(run: FleetRun) -> str:
         f"(start-up {run.startup_s:.1f}s), {run.trials_per_s:.1f} trials/s, turnaround "
         f"p50 {run.turnaround_p50_s * 1e3:.0f} ms p99 {run.turnaround_p99_s * 1e3:.0f} ms{extra}; "
         f"worker RSS {run.worker_rss_mb:.0f} MB working, {run.idle_worker_rss_mb:.0f} MB idle"
+        + (f"; {run.duplicates} duplicate trials yielded" if run.storage == "grpc" else "")
     )
 
 
@@ -279,6 +328,8 @@ def _results(run: FleetRun) -> list[Result]:
             Result(NAME, f"storage transactions/trial, {tag}", run.transactions_per_trial, "{:.0f}"),
             Result(NAME, f"connections at peak, {tag}", run.peak_connections, "{:.0f}"),
         ]
+    if run.storage == "grpc":
+        results.append(Result(NAME, f"duplicate trials yielded, {tag}", run.duplicates, "{:.0f}"))
     if run.workers == 1:  # the same process whatever W: once per storage is enough
         results += [
             Result(NAME, f"working worker RSS, {run.storage}", run.worker_rss_mb, "{:.0f} MB"),
@@ -295,7 +346,8 @@ def _results(run: FleetRun) -> list[Result]:
 
 
 def run(
-    worker_counts: tuple[int, ...] = WORKER_COUNTS, storages: tuple[str, ...] = ("postgresql", "sqlite")
+    worker_counts: tuple[int, ...] = WORKER_COUNTS,
+    storages: tuple[str, ...] = ("postgresql", "grpc", "sqlite"),
 ) -> list[Result]:
     import optuna
 
@@ -326,7 +378,7 @@ def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default=",".join(map(str, WORKER_COUNTS)), help="e.g. 1,2,4")
-    parser.add_argument("--storages", default="postgresql,sqlite", help="postgresql and/or sqlite")
+    parser.add_argument("--storages", default="postgresql,grpc,sqlite", help="postgresql, grpc, sqlite")
     args = parser.parse_args()
     counts = tuple(int(part) for part in args.workers.split(","))
     storages = tuple(part.strip() for part in args.storages.split(","))

@@ -73,10 +73,6 @@ def test_report_and_list_read_through_the_proxy_as_from_postgresql_and_ctrl_c_st
     row = next(r for r in json.loads(listed.stdout) if r["study"] == unique_name)
     assert row["best"]["value"] == 0.1 and row["storage"] == grpc_url
 
-    # claiming through the proxy is refused, in one line, before anything runs
-    refused = run_tuner("run-round", str(built.path), "--round", "1", "--trials", "4", "--storage", grpc_url)
-    _one_error_line(refused, "trials cannot be claimed through the gRPC storage proxy yet")
-
     assert proxy.stdout is not None
     wait_for(lambda: "the database answers in" in (lines.append(proxy.stdout.readline()) or lines[-1]),
              what="a health line", process=proxy)  # fmt: skip

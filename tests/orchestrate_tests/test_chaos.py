@@ -29,6 +29,7 @@ from tests.orchestrate_tests.test_preemption import (
     measured_grace,
 )
 from tuner.orchestrate import count_trials
+from tuner.orchestrate.budget import counted
 from tuner.playbook import start_round
 from tuner.spec import load_study
 
@@ -57,8 +58,7 @@ def _children(pid: int) -> list[int]:
 def _assert_each_slot_done_once(trials: list[Any], slots: int) -> None:
     assert len({t.number for t in trials}) == len(trials)
     assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
-    counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
-    done = sorted(t.user_attrs["slot"] for t in counted if t.state.name == "COMPLETE")
+    done = sorted(t.user_attrs["slot"] for t in counted(trials) if t.state.name == "COMPLETE")
     assert done == list(range(slots)), [(t.number, t.state.name, t.user_attrs) for t in trials]
     counts = count_trials(trials)
     assert (counts.slots, counts.completed, counts.failed) == (slots, slots, 0)

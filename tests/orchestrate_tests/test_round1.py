@@ -224,11 +224,11 @@ def test_a_worker_that_crashes_is_reported_as_crashed_with_exit_70(tmp_path: Pat
     study = toy_study(tmp_path, round1={"trials": 2})
     start_round(load_study(study), "round-1", output_dir)
     phase = load_phase(sqlite_url(output_dir), "toy")
-    phase.enqueue_trial({"optimizer.lr": 0.1}, user_attrs={"slot": 0, "attempt": "corrupt"})
+    phase.enqueue_trial({"optimizer.lr": 0.1}, user_attrs={"slot": 0, "attempt": 0, "run_dir": 7})
 
     worker = run_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
     assert worker.returncode == 70, worker.stdout + worker.stderr
-    assert worker.stderr.startswith("error: internal error (ValueError): invalid literal for int()")
+    assert worker.stderr.startswith("error: internal error (TypeError): expected str"), worker.stderr
 
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
@@ -237,9 +237,9 @@ def test_a_worker_that_crashes_is_reported_as_crashed_with_exit_70(tmp_path: Pat
     (log,) = (output_dir / "toy" / "round-1" / ".workers").glob("cpu0@*.log")  # cpu0@host:pid
     label = log.stem
     (line,) = [line for line in done.stderr.splitlines() if line.startswith(f"error: worker {label}")]
-    assert line.startswith(f"error: worker {label} crashed: internal error (ValueError): invalid"), line
+    assert line.startswith(f"error: worker {label} crashed: internal error (TypeError): expected"), line
     assert line.endswith(f"; its log: {log}"), line
-    assert "internal error (ValueError)" in log.read_text()
+    assert "internal error (TypeError)" in log.read_text()
     assert "Traceback" not in done.stderr
 
 

@@ -29,6 +29,26 @@ FAILURE_WARNING_RATE = 0.2
 DUPLICATE_ATTR = "duplicate_of"  # a trial that lost a race for its slot (see claim.py): never counted
 
 
+def slot_key(trial: Any) -> tuple[int, int]:
+    """(slot, attempt): what a trial fills. Two trials with one key are one of them too many."""
+    return int(trial.user_attrs.get("slot", trial.number)), int(trial.user_attrs.get("attempt", 0))
+
+
+def counted(trials: Iterable[Any]) -> list[Any]:
+    """The trials that count: one per (slot, attempt), the lowest-numbered not marked ``duplicate_of``.
+
+    Why the lowest number: it is a rule every process applies alike without a lock, even before
+    the others are marked (``duplicates.yield_duplicates`` marks them): a duplicate is found by
+    whoever reads, and never counted twice meanwhile. Trial numbers are the storage's one sequence.
+    """
+    live = [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
+    first: dict[tuple[int, int], int] = {}
+    for trial in live:
+        key = slot_key(trial)
+        first[key] = min(first.get(key, trial.number), trial.number)
+    return [t for t in live if first[slot_key(t)] == t.number]
+
+
 @dataclass
 class PhaseCounts:
     completed: int = 0
@@ -90,9 +110,7 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
     counts = PhaseCounts()
     slots: set[int] = set()
     finite: list[Any] = []  # completed with a finite value: what "a new best" is judged on
-    for trial in trials:
-        if DUPLICATE_ATTR in trial.user_attrs:
-            continue
+    for trial in counted(trials):
         slots.add(int(trial.user_attrs.get("slot", trial.number)))
         if trial.state == TrialState.COMPLETE:
             counts.completed += 1

@@ -6,30 +6,42 @@ Two things make a claim safe when the storage misbehaves:
   trial in the same write that creates it, or before a waiting retry turns RUNNING. If a call
   fails and the claim is tried again (``with_retries``), the trial carrying our token is looked
   for first: a write whose acknowledgement was lost is found, not repeated.
-- A PostgreSQL lock can be lost mid-claim (``locks.py``). Only the side that lost it can have
-  created a duplicate (the other held a valid lock and saw everything committed before it), so
-  that side *yields*: under a fresh lock, if another counted trial has the same slot and
-  attempt, it marks its own trial ``duplicate_of`` (counted for nothing) and fails it. If both
-  sides lost their locks, the fresh lock serialises the two checks: exactly one survives
-  (``duplicates.py``).
+- A PostgreSQL lock can be lost mid-claim (``locks.py``), and Optuna's gRPC storage proxy has
+  no lock at all. A claim whose lock was lost, or never held, may have created a trial another
+  worker created too (same slot and attempt). Of those, the lowest-numbered counts, by a rule
+  every reader applies (``budget.counted``); the claimer then marks the others ``duplicate_of``
+  and fails them (``duplicates.py``), and claims again if its own lost.
+
+Correctness needs no lock, only what every Optuna storage guarantees (optuna 5, paths under
+``optuna/``): starting a trial is a compare-and-set (``RDBStorage.set_trial_state_values``,
+``storages/_rdb/storage.py``, locks the row and returns False when RUNNING is asked of a trial
+no longer WAITING; the gRPC servicer passes that False on), and finishing is first-writer-wins
+(``check_trial_is_updatable``, ``storages/_base.py``, raises ``UpdateFinishedTrialError``;
+through the proxy as ``FAILED_PRECONDITION``, raised again by its client). The lock, where there
+is one, only keeps duplicates from being made: without it, W workers claiming at once pick among
+the first free slots at random (``_spread_slot``) so that few collide.
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import Action, Decision, count_trials, decide
+from tuner.orchestrate.budget import Action, Decision, count_trials, decide, slot_key
 from tuner.orchestrate.duplicates import RECONCILE_ATTEMPTS, counted, yield_duplicates
 from tuner.orchestrate.failures import enqueue_missing_retries
-from tuner.orchestrate.locks import LostLocks, phase_lock
+from tuner.orchestrate.heartbeat import record_beat
+from tuner.orchestrate.locks import LostLocks, has_lock, phase_lock
 from tuner.orchestrate.phase import PhaseSettings, storage_clock
 from tuner.orchestrate.storage import with_retries
 
 TOKEN_ATTR = "claim_token"
+MAX_SPREAD = 1024
+CREATED_TWICE = Decision(Action.WAIT, "another worker created the same slot at once")
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class Claimer:
     def __init__(self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot]) -> None:
         self.storage, self.study, self.new_slot = storage, study, new_slot
         self.direction = with_retries(lambda: study.direction).name.lower()
+        self._spread = 1  # without a lock: how many free slots a new slot is drawn from, at least
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
@@ -63,13 +76,22 @@ class Claimer:
         token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
         for _ in range(RECONCILE_ATTEMPTS):
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
-            result = with_retries(self._claim_once, settings, window_started_at, token, lost)
-            if not lost or not isinstance(result, Claimed):
+            enqueued: list[int] = []  # retries this claim enqueued for trials a crash left without
+            result = with_retries(self._claim_once, settings, window_started_at, token, lost, enqueued)
+            if not lost:
                 return result
-            if not yield_duplicates(self.storage, self.study, [result.trial.number]):
+            ours = [result.trial.number] if isinstance(result, Claimed) else []
+            collided = set(yield_duplicates(self.storage, self.study, ours + enqueued)) & set(ours)
+            if collided or result == CREATED_TWICE:  # spread wider next time; narrower slowly
+                self._spread = min(MAX_SPREAD, self._spread * 2)
+            elif ours:
+                self._spread = max(1, self._spread - 1)
+            if not collided:
                 return result
             # ours was the duplicate: it is failed and counts for nothing; claim again
             token = uuid.uuid4().hex
+        if not has_lock(self.storage):
+            return Decision(Action.WAIT, "other workers kept claiming the same slots at once")
         return Decision(Action.WAIT, "the phase lock keeps being lost (the storage connection drops)")
 
     def would_start(self, settings: PhaseSettings, window_started_at: float | None = None) -> bool:
@@ -82,14 +104,21 @@ class Claimer:
         return decide(counts, settings, window_started_at=window_started_at, now=now).action == Action.START
 
     def _claim_once(
-        self, settings: PhaseSettings, window_started_at: float | None, token: str, lost: LostLocks
+        self,
+        settings: PhaseSettings,
+        window_started_at: float | None,
+        token: str,
+        lost: LostLocks,
+        enqueued: list[int],
     ) -> Claimed | Decision:
         with lost.watch(phase_lock(self.storage, self.study.study_name)):
             trials = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
             if mine:  # an earlier try of this claim got through: continue it, create nothing
                 return self._resume(mine[0])
-            if enqueue_missing_retries(self.storage, self.study, trials):  # a crash lost them
+            retries = enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
+            if retries:
+                enqueued += retries
                 trials = self.study.get_trials(deepcopy=False)
             return self._claim_new(counted(trials), settings, window_started_at, token)
 
@@ -104,6 +133,7 @@ class Claimer:
     def _claim_new(
         self, trials: list[Any], settings: PhaseSettings, window_started_at: float | None, token: str
     ) -> Claimed | Decision:
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState, create_trial
 
         counts = count_trials(trials, self.direction)
@@ -117,12 +147,17 @@ class Claimer:
         )  # retries first: they finish slots already started
         for trial in waiting:
             trial_id = adapter.trial_id(self.storage, self.study, trial.number)
-            self.storage.set_trial_user_attr(trial_id, TOKEN_ATTR, token)
+            try:
+                self.storage.set_trial_user_attr(trial_id, TOKEN_ATTR, token)
+            except UpdateFinishedTrialError:  # failed as a duplicate since we read it
+                continue
             if self._start(trial_id):
                 return Claimed(trial_id, self.storage.get_trial(trial_id))
         if counts.slots >= settings.max_trials:
             return Decision(Action.WAIT, "another worker took the last waiting trial")
-        slot = self.new_slot(counts.next_slot)
+        spread = max(counts.running + 1, self._spread)
+        number = counts.next_slot if has_lock(self.storage) else _spread_slot(trials, spread, settings)
+        slot = self.new_slot(number)
         template = create_trial(
             state=TrialState.WAITING,
             params=slot.params,
@@ -133,7 +168,8 @@ class Claimer:
         trial_id = self.storage.create_new_trial(
             adapter.study_id(self.storage, self.study), template_trial=template
         )
-        self._start(trial_id)
+        if not self._start(trial_id):  # without a lock: failed at once as another's duplicate
+            return CREATED_TWICE
         return Claimed(trial_id, self.storage.get_trial(trial_id))
 
     def _start(self, trial_id: int) -> bool:
@@ -142,8 +178,24 @@ class Claimer:
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
-        self.storage.record_heartbeat(trial_id)
         try:
+            record_beat(self.storage, trial_id)  # an attribute beat is refused on a finished trial
             return bool(self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
-        except UpdateFinishedTrialError:
+        except UpdateFinishedTrialError:  # failed as a duplicate, or finished elsewhere
             return False
+
+
+def _spread_slot(trials: list[Any], spread: int, settings: PhaseSettings) -> int:
+    """Without a lock, one of the first ``spread`` free slots at random, not the first: W
+    workers that claim at once (a phase's start) then mostly create different slots. With the
+    first, all would create the same one and W - 1 would yield and claim again, W times over.
+
+    ``spread``: the running trials + 1 (about the workers, when each runs a trial), or more
+    after collisions: a claimer whose slot was taken doubles its own, one that got its slot
+    narrows it by one (exponential backoff over slots instead of time, with a slow decrease so
+    that it settles where collisions are rare, not at one in two). A slot may stay free a
+    while: it is filled later (slots are counted, not ranged), and fixed points go by slot number.
+    """
+    used = {slot_key(t)[0] for t in trials}
+    free = [s for s in range(min(settings.max_trials, len(used) + spread)) if s not in used][:spread]
+    return random.choice(free) if free else max(used, default=-1) + 1

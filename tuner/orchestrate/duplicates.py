@@ -1,10 +1,16 @@
 """Trials that lost a race for their slot: how they are told apart and made to yield.
 
-A PostgreSQL lock can be lost mid-write (``locks.py``); the side that lost it may have created a
-trial another worker created too (same slot, same attempt). Such a trial is marked
-``duplicate_of`` and failed: it fills nothing and counts for nothing. Used both when claiming
-(``claim.py``) and when failing a trial enqueues its retry (``failures.py``): it lives apart from
-both so that neither imports the other.
+Two trials can fill one (slot, attempt) when nothing serialised their creation: a PostgreSQL
+lock lost mid-write (``locks.py``), or a storage with no lock at all (Optuna's gRPC proxy:
+``locks.phase_lock``). The rule needs no lock: of the trials with one key, the lowest-numbered
+not marked ``duplicate_of`` is the one that counts (``budget.counted``, which every reader
+applies, so nothing is counted twice even before a duplicate is marked). Marking only stops the
+waste: the others are marked ``duplicate_of`` and failed (a running one's worker sees its trial
+finished at its next heartbeat and stops it, recording nothing). Any process may mark any
+duplicate; two that mark the same one agree, since they apply the same rule.
+
+Used both when claiming (``claim.py``) and when failing a trial enqueues its retry
+(``failures.py``): it lives apart from both so that neither imports the other.
 """
 
 from __future__ import annotations
@@ -13,55 +19,38 @@ from collections.abc import Iterable
 from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import DUPLICATE_ATTR
-from tuner.orchestrate.locks import LostLocks, phase_lock
+from tuner.orchestrate.budget import DUPLICATE_ATTR, counted, slot_key
 from tuner.orchestrate.storage import with_retries
 
-RECONCILE_ATTEMPTS = 5
+__all__ = ["RECONCILE_ATTEMPTS", "counted", "yield_duplicates"]
 
-
-def counted(trials: list[Any]) -> list[Any]:
-    """The trials that count: those that lost a race for their slot are left out."""
-    return [t for t in trials if DUPLICATE_ATTR not in t.user_attrs]
-
-
-def _key(trial: Any) -> tuple[int, int]:
-    return int(trial.user_attrs.get("slot", trial.number)), int(trial.user_attrs.get("attempt", 0))
+RECONCILE_ATTEMPTS = 5  # claims in a row that may each find theirs a duplicate before waiting
 
 
 def yield_duplicates(storage: Any, study: Any, numbers: Iterable[int]) -> list[int]:
-    """After a lost lock: fail each of our trials ``numbers`` that another counted trial
-    duplicates (same slot and attempt), marking it ``duplicate_of``. Returns those yielded."""
-    wanted = set(numbers)
-    yielded: list[int] = []
-    for _ in range(RECONCILE_ATTEMPTS):
-        lost = LostLocks()
-        yielded = with_retries(_yield_once, storage, study, wanted, lost)
-        if not lost:
-            break
-    return yielded
+    """After a claim or an enqueue that nothing serialised: mark every duplicate of the keys of
+    trials ``numbers`` (see the module docstring). Returns those of ``numbers`` that yielded."""
+    return with_retries(_yield_once, storage, study, set(numbers))
 
 
-def _yield_once(storage: Any, study: Any, wanted: set[int], lost: LostLocks) -> list[int]:
+def _yield_once(storage: Any, study: Any, wanted: set[int]) -> list[int]:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    yielded = []
-    with lost.watch(phase_lock(storage, study.study_name)):
-        trials = study.get_trials(deepcopy=False)
-        live = counted(trials)
-        for ours in (t for t in trials if t.number in wanted):
-            if DUPLICATE_ATTR in ours.user_attrs:
-                yielded.append(ours.number)  # an earlier try of this call got through
-                continue
-            others = [t.number for t in live if t.number != ours.number and _key(t) == _key(ours)]
-            if not others:
-                continue
-            trial_id = adapter.trial_id(storage, study, ours.number)
-            try:
-                storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, min(others))
-                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-            except UpdateFinishedTrialError:
-                pass
-            yielded.append(ours.number)
-    return yielded
+    trials = study.get_trials(deepcopy=False)
+    survivors = {slot_key(t): t.number for t in counted(trials)}
+    keys = {slot_key(t) for t in trials if t.number in wanted}
+    yielded = [t.number for t in trials if t.number in wanted and survivors.get(slot_key(t)) != t.number]
+    for trial in trials:
+        key = slot_key(trial)
+        if key not in keys or survivors[key] == trial.number or DUPLICATE_ATTR in trial.user_attrs:
+            continue
+        if trial.state.is_finished():
+            continue  # a finished duplicate cannot be marked; ``counted`` leaves it out all the same
+        trial_id = adapter.trial_id(storage, study, trial.number)
+        try:
+            storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, survivors[key])
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            pass  # it finished meanwhile: left out by ``counted`` all the same
+    return sorted(yielded)

@@ -23,6 +23,7 @@ from typing import Any
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.duplicates import counted, yield_duplicates
+from tuner.orchestrate.heartbeat import BeatWatch
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
@@ -231,13 +232,26 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
     return enqueued
 
 
-def fail_stale_trials(storage: Any, study: Any, settings: PhaseSettings) -> list[int]:
+def fail_stale_trials(
+    storage: Any, study: Any, settings: PhaseSettings, watch: BeatWatch | None = None
+) -> list[int]:
     """Trials whose worker stopped sending heartbeats: mark them ``killed`` and retry them.
 
-    Returns the numbers of the trials failed here.
+    ``watch``: how a storage without Optuna's heartbeat (the gRPC proxy) is watched, kept by the
+    caller from one call to the next (``heartbeat.BeatWatch``). Returns the numbers of the
+    trials failed here.
     """
+    from optuna.trial import TrialState
+
+    if hasattr(storage, "record_heartbeat"):
+        stale_ids = adapter.stale_trial_ids(storage, study)
+    elif watch is not None:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        stale_ids = [adapter.trial_id(storage, study, n) for n in watch.stale_numbers(running)]
+    else:
+        stale_ids = []
     failed = []
-    for trial_id in adapter.stale_trial_ids(storage, study):
+    for trial_id in stale_ids:
         trial = storage.get_trial(trial_id)
         run_dir = trial.user_attrs.get("run_dir")
         message = "its worker stopped sending heartbeats (the process was killed, or its machine was lost)"

@@ -8,6 +8,12 @@ once, a few times, then at the next interval. An outage can outlast the grace (`
 intervals, 60 s by default) since no worker can beat during it: so no worker looks for stale
 trials until a grace has passed after an outage it met (``outage.recovered_within``).
 
+Optuna's heartbeat (``RDBStorage.record_heartbeat``) is a table of the database: through the
+gRPC storage proxy, which passes the storage API alone, there is none. There a beat is a trial
+system attribute that changes at every beat (``record_beat``), and ``BeatWatch`` calls a trial
+stale when its beat has not changed for a grace period of the watching process's own monotonic
+clock: no clock of two machines is compared.
+
 Each beat also reads the trial's state: if another worker finished it (it declared us dead
 while we were cut off from the storage), ``ended_elsewhere`` is set and the supervisor kills
 the child and records nothing: the retry owns the slot now.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from typing import Any
 
 from tuner.orchestrate.storage import note_retry
@@ -28,6 +35,41 @@ DEFAULT_HEARTBEAT_S = 5
 GRACE_HEARTBEATS = 12  # a trial is stale after this many missed heartbeats
 BEAT_ATTEMPTS = 3
 BEAT_RETRY_S = 0.2
+
+
+BEAT_ATTR = "tuner_beat"  # a trial system attribute, where the storage has no heartbeat table
+
+
+def record_beat(storage: Any, trial_id: int) -> None:
+    """One heartbeat of trial ``trial_id``: Optuna's where the storage has it, else the attribute."""
+    if hasattr(storage, "record_heartbeat"):
+        storage.record_heartbeat(trial_id)
+    else:
+        storage.set_trial_system_attr(trial_id, BEAT_ATTR, uuid.uuid4().hex[:12])
+
+
+class BeatWatch:
+    """Finds the RUNNING trials whose ``BEAT_ATTR`` has not changed for ``grace_s`` seconds, as
+    this process saw it: watched from its first look, so a trial is stale a grace after that at
+    the earliest (a worker that has just started waits a grace, as after an outage)."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self._seen: dict[int, tuple[Any, float]] = {}  # trial number -> (beat, first seen at)
+
+    def stale_numbers(self, running: list[Any]) -> list[int]:
+        """The numbers of the trials of ``running`` (RUNNING ``FrozenTrial``s) gone stale."""
+        now = time.monotonic()
+        seen: dict[int, tuple[Any, float]] = {}
+        stale = []
+        for trial in running:
+            beat = trial.system_attrs.get(BEAT_ATTR)
+            before = self._seen.get(trial.number)
+            seen[trial.number] = before if before is not None and before[0] == beat else (beat, now)
+            if now - seen[trial.number][1] >= self.grace_s:
+                stale.append(trial.number)
+        self._seen = seen
+        return stale
 
 
 def heartbeat_settings() -> tuple[int, int]:
@@ -70,12 +112,16 @@ class HeartbeatThread:
 
     def _beat(self) -> bool:
         """One heartbeat; True if the trial turned out to be finished (by someone)."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
         for attempt in range(BEAT_ATTEMPTS):
             if self._stop.is_set():
                 return False
             try:
-                self.storage.record_heartbeat(self.trial_id)
+                record_beat(self.storage, self.trial_id)
                 return bool(self.storage.get_trial(self.trial_id).state.is_finished())
+            except UpdateFinishedTrialError:  # an attribute beat on a trial finished elsewhere
+                return True
             except Exception as error:  # a dropped connection: try again shortly
                 note_retry(error)
             if attempt < BEAT_ATTEMPTS - 1:

@@ -70,9 +70,22 @@ def sqlite_lock_path(url: str, name: str) -> Path | None:
     return path.with_name(f".{path.name}.{_lock_key(name) & 0xFFFFFFFF:08x}.lock")
 
 
+def has_lock(storage: Any) -> bool:
+    """Whether ``phase_lock`` can exclude other workers on ``storage``: only on the databases
+    themselves. Optuna's gRPC proxy passes the storage API and nothing else (no SQL, no lock)."""
+    return hasattr(storage, "url")
+
+
 @contextlib.contextmanager
 def phase_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
-    """Exclusive access to the phase ``name`` of ``storage`` (the ``RDBStorage`` tuner opened)."""
+    """Exclusive access to the phase ``name`` of ``storage`` (the ``RDBStorage`` tuner opened).
+
+    A storage without a lock (``has_lock``) holds none, and says so as a lost lock does:
+    ``lost`` is set, so the caller reconciles what it wrote (``duplicates.py``).
+    """
+    if not has_lock(storage):
+        yield PhaseLock(lost=True)
+        return
     url = str(storage.url)
     lock_path = sqlite_lock_path(url, name)
     if lock_path is not None:

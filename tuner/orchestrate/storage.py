@@ -124,12 +124,12 @@ def open_storage(
     quiet_optuna()
 
     parsed = parse_storage_url(url)
-    if parsed.backend is Backend.GRPC:
-        raise UsageError(
-            f"storage {redact_url(url)}: trials cannot be claimed through the gRPC storage proxy "
-            "yet (a claim takes a lock that only SQLite and PostgreSQL have); point this command at "
-            "the database behind the proxy (postgresql://...). report and list read through it"
-        )
+    if parsed.backend is Backend.GRPC and parsed.grpc_address is not None:
+        # no lock and no heartbeat table passes the proxy: claims reconcile (``duplicates.py``)
+        # and trials beat through an attribute (``heartbeat.record_beat``)
+        from tuner.orchestrate.stored import open_grpc_proxy
+
+        return open_grpc_proxy(*parsed.grpc_address)
     if parsed.in_memory:
         raise UsageError(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "

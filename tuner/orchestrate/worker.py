@@ -38,7 +38,7 @@ from tuner.orchestrate.failures import (
     save_error_log,
     settle_folder_status,
 )
-from tuner.orchestrate.heartbeat import HeartbeatThread, heartbeat_settings
+from tuner.orchestrate.heartbeat import BeatWatch, HeartbeatThread, heartbeat_settings
 from tuner.orchestrate.messages import Errored
 from tuner.orchestrate.outage import recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
@@ -112,7 +112,8 @@ class Worker:
         self, options: WorkerOptions, storage: Any = None, signals: SignalFlag | None = None
     ) -> None:
         self.options = options
-        self.heartbeat_s, _ = heartbeat_settings()
+        self.heartbeat_s, grace = heartbeat_settings()
+        self.beat_watch = BeatWatch(grace)  # for a storage without Optuna's heartbeat (gRPC)
         # opening a storage costs ~0.3 s of CPU (schema checks): reuse the caller's if it has one
         self.storage = storage if storage is not None else open_worker_storage(options.storage_url)
         self.study = open_phase(self.storage, options.study, options.phase, sampler=options.sampler)
@@ -159,7 +160,7 @@ class Worker:
             # long enough to have kept every worker from beating: they get a grace to beat again
             after_outage = recovered_within(grace, longer_than=grace / 2)
             if time.monotonic() >= next_stale_check and not after_outage:
-                with_retries(fail_stale_trials, self.storage, self.study, settings)
+                with_retries(fail_stale_trials, self.storage, self.study, settings, self.beat_watch)
                 next_stale_check = time.monotonic() + self.heartbeat_s
             if self._warm_up is not None and with_retries(
                 self.claimer.would_start, settings, window_started_at(attrs)

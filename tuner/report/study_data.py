@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from tuner.errors import UsageError
-from tuner.orchestrate.budget import DUPLICATE_ATTR
+from tuner.orchestrate.budget import counted
 from tuner.orchestrate.phase import SETTINGS_ATTR, PhaseSettings
 from tuner.orchestrate.stored import StorageReader, StoredPhase, StoredTrial
 from tuner.playbook.phases import SWEEP_PHASE, round_number
@@ -144,11 +144,9 @@ class TrialSlot:
 
 def group_slots(phase: str, trials: Iterable[StoredTrial]) -> list[TrialSlot]:
     """Trials -> slots: each retry chain (``retry_of``) in attempt order; duplicates (a slot claimed
-    twice under a lost connection: ``duplicate_of``) count for nothing."""
+    twice where nothing serialised the claims: ``budget.counted``) count for nothing."""
     by_slot: dict[int, list[StoredTrial]] = {}
-    for trial in trials:
-        if DUPLICATE_ATTR in trial.user_attrs:
-            continue
+    for trial in counted(trials):
         by_slot.setdefault(trial.slot, []).append(trial)
     slots = []
     for slot in sorted(by_slot):
