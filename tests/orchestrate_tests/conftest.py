@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,17 @@ def sqlite_url(output_dir: Path, study: str = "toy") -> str:
 @pytest.fixture
 def output_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"
+
+
+@pytest.fixture
+def proxy_url(postgres_url: str) -> Iterator[str]:
+    """``grpc://`` of a ``tuner storage-proxy`` in front of the test PostgreSQL, stopped after."""
+    from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
+
+    port = _free_port()
+    proxy, _ = _start_proxy(postgres_url, port, "--workers", "8")
+    try:
+        yield f"grpc://127.0.0.1:{port}"
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        proxy.communicate(timeout=60)

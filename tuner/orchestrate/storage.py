@@ -127,8 +127,6 @@ def open_storage(
     if parsed.backend is Backend.GRPC and parsed.grpc_address is not None:
         # no lock and no heartbeat table passes the proxy: claims reconcile (``duplicates.py``)
         # and trials beat through an attribute (``heartbeat.record_beat``)
-        from tuner.orchestrate.stored import open_grpc_proxy
-
         return open_grpc_proxy(*parsed.grpc_address)
     if parsed.in_memory:
         raise UsageError(
@@ -296,3 +294,25 @@ def with_retries(
 
 DEFAULT_ATTEMPTS = 6
 BACKOFF_S = sum(0.25 * 2**attempt for attempt in range(DEFAULT_ATTEMPTS - 1))  # 7.75 s
+
+
+PROXY_ANSWER_S = 5.0  # a proxy that does not answer by then is down, or the address is wrong
+
+
+def open_grpc_proxy(host: str, port: int) -> Any:
+    """Optuna's client of a gRPC storage proxy (``tuner storage-proxy``), once it answers; an
+    address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
+    error later."""
+    import optuna
+
+    quiet_optuna()
+    proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        proxy.wait_server_ready(timeout=PROXY_ANSWER_S)
+    except ConnectionError:
+        proxy.close()
+        raise UsageError(
+            f"no storage proxy answers at grpc://{host}:{port} (waited {PROXY_ANSWER_S:g} s): is "
+            "`tuner storage-proxy` running there, and is the port reachable from here?"
+        ) from None
+    return proxy

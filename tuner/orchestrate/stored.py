@@ -20,7 +20,7 @@ from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
-from tuner.orchestrate.storage import _scrub, quiet_optuna, redact_url
+from tuner.orchestrate.storage import _scrub, open_grpc_proxy, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
 
 PHASE_SEPARATOR = "/"
@@ -253,28 +253,6 @@ def open_reader(url: str) -> StorageReader:
         engine.dispose()
         raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")
     return StorageReader(url, engine, fast=known)
-
-
-PROXY_ANSWER_S = 5.0  # a proxy that does not answer by then is down, or the address is wrong
-
-
-def open_grpc_proxy(host: str, port: int) -> Any:
-    """Optuna's client of a gRPC storage proxy (``tuner storage-proxy``), once it answers; an
-    address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
-    error later."""
-    import optuna
-
-    quiet_optuna()
-    proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
-    try:
-        proxy.wait_server_ready(timeout=PROXY_ANSWER_S)
-    except ConnectionError:
-        proxy.close()
-        raise UsageError(
-            f"no storage proxy answers at grpc://{host}:{port} (waited {PROXY_ANSWER_S:g} s): is "
-            "`tuner storage-proxy` running there, and is the port reachable from here?"
-        ) from None
-    return proxy
 
 
 def _raise_if_damaged(url: str, error: BaseException) -> None:

@@ -1,0 +1,137 @@
+"""Chaos through Optuna's gRPC storage proxy, and directly on PostgreSQL for comparison: trial
+processes killed mid-run, a worker frozen past the heartbeat grace. Through the proxy no
+heartbeat table passes: a trial's beat is an attribute, watched on each worker's own clock
+(``heartbeat.BeatWatch``), and no lock: retries enqueued twice are resolved as duplicates.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests._processes import PATIENCE_S, finish, wait_for
+from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
+from tests.orchestrate_tests.test_chaos import _assert_each_slot_done_once, _children
+from tests.orchestrate_tests.test_preemption import _worker_status
+from tuner.orchestrate.budget import counted
+
+pytestmark = pytest.mark.postgres
+
+KILLS = 3
+
+
+@pytest.mark.parametrize("through", ["postgresql", "grpc"])
+def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_it_thaws(
+    tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str, through: str
+) -> None:
+    """SIGSTOP of a worker and its trial for longer than the grace: another worker declares the
+    trial dead (through the proxy: its beat attribute stopped changing), retries it from its
+    checkpoint, and the thawed worker records nothing more for it (the finish is first-writer-wins)."""
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    study = toy_study(
+        tmp_path, name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 3, "steps": 60}
+    )
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    url = proxy_url if through == "grpc" else postgres_url
+
+    def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
+        return start_tuner(
+            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
+            env=tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)), start_new_session=True,
+        )  # fmt: skip
+
+    frozen = worker("frozen", 120)  # thawed, it must not declare the other's trial dead
+
+    def checkpointed() -> int | None:
+        status = _worker_status(output_dir, "frozen", unique_name)
+        if status.get("state") == "training" and status.get("step", 0) >= 20:
+            return int(status["trial"])
+        return None
+
+    number = wait_for(checkpointed, what="a trial of the frozen worker with a checkpoint")
+    os.killpg(frozen.pid, signal.SIGSTOP)
+    try:
+        other = worker("other", 4)
+        retried = wait_for(
+            lambda: [
+                t
+                for t in load_phase(postgres_url, unique_name).trials
+                if t.user_attrs.get("retry_of") == number and t.state.name != "WAITING"
+            ],
+            PATIENCE_S,
+            "the frozen trial's retry to start elsewhere",
+        )
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    for process in (frozen, other):
+        output, _ = finish(
+            process, lambda: len(load_phase(postgres_url, unique_name).trials), what="a worker"
+        )
+        assert process.returncode == 0 and "Traceback" not in output, output
+    trials = load_phase(postgres_url, unique_name).trials
+    _assert_each_slot_done_once(trials, 3)
+    before, retry = trials[number], trials[retried[0].number]
+    assert before.state.name == "FAIL" and before.user_attrs["failure_reason"] == "killed"
+    assert "worker_rss_mb" not in before.user_attrs  # the thawed owner recorded nothing more
+    assert retry.user_attrs["worker"] == "other" and retry.state.name == "COMPLETE"
+
+
+@pytest.mark.parametrize("through", ["postgresql", "grpc"])
+def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpoint(
+    tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str, through: str
+) -> None:
+    """kill -9 of trial processes: their workers record each kill and enqueue its retry. Without a
+    lock (the proxy) every claim also looks for a retry a crash lost, so two may be enqueued for
+    one failure; one counts, the other is failed as its duplicate, and each slot ends once."""
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    rng = random.Random(3)
+    study = toy_study(
+        tmp_path,
+        name=unique_name,
+        options={"step_sleep_s": 0.03},
+        round1={"trials": 4, "steps": 60, "max_retries": 10},
+    )
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    url = proxy_url if through == "grpc" else postgres_url
+    env = tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S="120")  # no takeover: each kill recorded once
+    phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
+    workers = {label: start_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
+    for _ in range(KILLS):
+
+        def victim() -> tuple[int, int] | None:
+            label = rng.choice(sorted(workers))
+            status = _worker_status(output_dir, label, unique_name)
+            children = _children(workers[label].pid)
+            if status.get("state") == "training" and 10 <= status.get("step", 0) <= 40 and children:
+                return workers[label].pid, children[0]
+            return None
+
+        parent, pid = wait_for(victim, what="a trial process mid-run")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: pid not in _children(parent), 120, "the trial process to die")  # noqa: B023
+    for label, process in workers.items():
+        output, _ = finish(process, lambda: len(load_phase(postgres_url, unique_name).trials), what=label)
+        assert process.returncode == 0 and "Traceback" not in output, f"{label}: {output}"
+    trials = load_phase(postgres_url, unique_name).trials
+    _assert_each_slot_done_once(trials, 4)
+    live = counted(trials)
+    assert len([t for t in live if t.user_attrs.get("failure_reason") == "killed"]) == KILLS
+    resumed = 0
+    for retry in (t for t in live if "retry_of" in t.user_attrs):  # a duplicate retry never ran
+        before = trials[retry.user_attrs["retry_of"]]
+        assert retry.user_attrs["run_dir"] == before.user_attrs["run_dir"]
+        # the recorded step lags latest.pt by a rename (see test_preemption): at least it
+        assert retry.user_attrs.get("resumed_from_step", 0) >= (
+            before.user_attrs.get("last_checkpoint_step") or 0
+        )
+        resumed += retry.user_attrs.get("resumed_from_step", 0) > 0
+    assert resumed >= 1
