@@ -23,7 +23,7 @@ from typing import Any
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.duplicates import counted, yield_duplicates
-from tuner.orchestrate.heartbeat import BeatWatch
+from tuner.orchestrate.heartbeat import BeatWatch, has_heartbeat_table
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
@@ -243,7 +243,7 @@ def fail_stale_trials(
     """
     from optuna.trial import TrialState
 
-    if hasattr(storage, "record_heartbeat"):
+    if has_heartbeat_table(storage):
         stale_ids = adapter.stale_trial_ids(storage, study)
     elif watch is not None:
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))

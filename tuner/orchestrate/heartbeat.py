@@ -40,9 +40,14 @@ BEAT_RETRY_S = 0.2
 BEAT_ATTR = "tuner_beat"  # a trial system attribute, where the storage has no heartbeat table
 
 
+def has_heartbeat_table(storage: Any) -> bool:
+    """Optuna's heartbeat (an RDB storage's table); the gRPC proxy passes none."""
+    return hasattr(storage, "record_heartbeat")
+
+
 def record_beat(storage: Any, trial_id: int) -> None:
     """One heartbeat of trial ``trial_id``: Optuna's where the storage has it, else the attribute."""
-    if hasattr(storage, "record_heartbeat"):
+    if has_heartbeat_table(storage):
         storage.record_heartbeat(trial_id)
     else:
         storage.set_trial_system_attr(trial_id, BEAT_ATTR, uuid.uuid4().hex[:12])
