@@ -157,3 +157,40 @@ def test_run_round_workers_and_report_through_the_proxy(
     report = run_tuner("report", str(study), *args)
     assert report.returncode == 0, report.stdout + report.stderr
     assert f"storage      {proxy_url}" in report.stdout and "round-1" in report.stdout, report.stdout
+
+
+def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_is_lost(
+    proxy_url: str, postgres_url: str, unique_name: str
+) -> None:
+    """Two claimers of one waiting retry both write their claim token, ours last; the rival
+    starts the trial first, and our start's acknowledgement is lost. The token we find on the
+    RUNNING trial is ours, but the trial is not: without a lock only the owner written after a
+    won start says whose it is. (The old claim took it, and two workers trained one slot.)"""
+    import optuna
+    from optuna.trial import TrialState
+
+    from tests.orchestrate_tests.test_protocol import LostAck
+    from tuner.orchestrate.claim import OWNER_ATTR, Claimed, Claimer
+    from tuner.orchestrate.failures import FailureReason, fail_trial
+    from tuner.orchestrate.phase import PhaseSettings
+    from tuner.orchestrate.storage import open_storage
+
+    name = _phase_of(postgres_url, unique_name, PhaseSettings.build(1, max_failed=2, max_retries=1))
+    storage = open_storage(proxy_url)
+    study = optuna.load_study(study_name=name, storage=storage)
+    settings = PhaseSettings.from_attrs(study.user_attrs)
+    first = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(first, Claimed)
+    fail_trial(storage, study, first.trial_id, FailureReason.CRASHED, "boom", settings)
+    retry = next(t for t in study.get_trials() if t.state == TrialState.WAITING)
+
+    def rival_starts_first(trial_id: int, **_: Any) -> None:
+        assert storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
+
+    ours = Claimer(LostAck(storage, "set_trial_state_values", before=rival_starts_first), study, _slot)
+    result = ours.claim(settings)
+    assert not isinstance(result, Claimed), result  # the rival's trial; the one slot is taken
+    trial = study.get_trials()[retry.number]
+    assert trial.state == TrialState.RUNNING and OWNER_ATTR not in trial.system_attrs
+    # and a start that is ours, acknowledged or not, names its owner
+    assert first.trial.system_attrs[OWNER_ATTR] == first.trial.user_attrs["claim_token"]

@@ -6,6 +6,13 @@ Two things make a claim safe when the storage misbehaves:
   trial in the same write that creates it, or before a waiting retry turns RUNNING. If a call
   fails and the claim is tried again (``with_retries``), the trial carrying our token is looked
   for first: a write whose acknowledgement was lost is found, not repeated.
+- The token alone proves nothing without a lock: two claimers of one waiting retry both write
+  theirs, the last write stays, and the *other* one may win the start. So the winner of the
+  start also writes ``OWNER_ATTR``; a RUNNING trial is ours if it names our token there, or, with
+  no owner written yet, if it bears our token and every try of this claim held the lock (no
+  rival could have overwritten it). Through the gRPC proxy a start whose acknowledgement was
+  lost is then left alone: it carries our beat, goes stale and is retried (a slot is never
+  run twice; it may run a grace later).
 - A PostgreSQL lock can be lost mid-claim (``locks.py``), and Optuna's gRPC storage proxy has
   no lock at all. A claim whose lock was lost, or never held, may have created a trial another
   worker created too (same slot and attempt). Of those, the lowest-numbered counts, by a rule
@@ -40,6 +47,7 @@ from tuner.orchestrate.phase import PhaseSettings, storage_clock
 from tuner.orchestrate.storage import with_retries
 
 TOKEN_ATTR = "claim_token"
+OWNER_ATTR = "claim_owner"  # system attribute: the token of the claim that started the trial
 MAX_SPREAD = 1024
 CREATED_TWICE = Decision(Action.WAIT, "another worker created the same slot at once")
 
@@ -113,20 +121,20 @@ class Claimer:
     ) -> Claimed | Decision:
         with lost.watch(phase_lock(self.storage, self.study.study_name)):
             trials = self.study.get_trials(deepcopy=False)
-            mine = [t for t in trials if t.user_attrs.get(TOKEN_ATTR) == token]
+            mine = [t for t in trials if _is_ours(t, token, trust_token=has_lock(self.storage) and not lost)]
             if mine:  # an earlier try of this claim got through: continue it, create nothing
-                return self._resume(mine[0])
+                return self._resume(mine[0], token)
             retries = enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
             if retries:
                 enqueued += retries
                 trials = self.study.get_trials(deepcopy=False)
             return self._claim_new(counted(trials), settings, window_started_at, token)
 
-    def _resume(self, trial: Any) -> Claimed | Decision:
+    def _resume(self, trial: Any, token: str) -> Claimed | Decision:
         from optuna.trial import TrialState
 
         trial_id = adapter.trial_id(self.storage, self.study, trial.number)
-        if trial.state == TrialState.RUNNING or self._start(trial_id):
+        if trial.state == TrialState.RUNNING or self._start(trial_id, token):
             return Claimed(trial_id, self.storage.get_trial(trial_id))
         return Decision(Action.WAIT, "another worker took the trial")
 
@@ -151,7 +159,7 @@ class Claimer:
                 self.storage.set_trial_user_attr(trial_id, TOKEN_ATTR, token)
             except UpdateFinishedTrialError:  # failed as a duplicate since we read it
                 continue
-            if self._start(trial_id):
+            if self._start(trial_id, token):
                 return Claimed(trial_id, self.storage.get_trial(trial_id))
         if counts.slots >= settings.max_trials:
             return Decision(Action.WAIT, "another worker took the last waiting trial")
@@ -168,21 +176,37 @@ class Claimer:
         trial_id = self.storage.create_new_trial(
             adapter.study_id(self.storage, self.study), template_trial=template
         )
-        if not self._start(trial_id):  # without a lock: failed at once as another's duplicate
+        if not self._start(trial_id, token):  # without a lock: failed at once as another's duplicate
             return CREATED_TWICE
         return Claimed(trial_id, self.storage.get_trial(trial_id))
 
-    def _start(self, trial_id: int) -> bool:
+    def _start(self, trial_id: int, token: str) -> bool:
         """WAITING -> RUNNING, heartbeat first (a worker killed right after claiming leaves a
-        trial that goes stale); False if another worker got there before us."""
+        trial that goes stale), then ``OWNER_ATTR`` (the start is the one compare-and-set, and
+        the token may be a rival's by now); False if another worker got there before us."""
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         try:
             record_beat(self.storage, trial_id)  # an attribute beat is refused on a finished trial
-            return bool(self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
+            if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+                return False
+            self.storage.set_trial_system_attr(trial_id, OWNER_ATTR, token)
+            return True
         except UpdateFinishedTrialError:  # failed as a duplicate, or finished elsewhere
             return False
+
+
+def _is_ours(trial: Any, token: str, *, trust_token: bool) -> bool:
+    """Whether an earlier try of the claim ``token`` got ``trial`` (see the module docstring):
+    started and owned, or not started yet, or started with no owner written and no rival
+    possible (``trust_token``: every try held the lock)."""
+    from optuna.trial import TrialState
+
+    owner = trial.system_attrs.get(OWNER_ATTR)
+    if owner is not None or trial.user_attrs.get(TOKEN_ATTR) != token:
+        return owner == token
+    return trial.state == TrialState.WAITING or (trust_token and trial.state == TrialState.RUNNING)
 
 
 def _spread_slot(trials: list[Any], spread: int, settings: PhaseSettings) -> int:
