@@ -84,15 +84,28 @@ def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> 
     return spawn_tuner(*args, env=env or tuner_env(), **popen)
 
 
+_SERVER_STORAGES: dict[str, Any] = {}  # one per server URL for the whole test process
+
+
 def load_phase(storage_url: str, study: str, phase: str = "round-1") -> Any:
     """The phase as any reader opens it: through ``open_storage``, whose lock keeps a test that
     polls a phase from racing the command creating its schema (a bare ``optuna.load_study`` on
-    a half-created SQLite file can fail with "UNIQUE constraint failed: alembic_version")."""
+    a half-created SQLite file can fail with "UNIQUE constraint failed: alembic_version").
+
+    A server's storage is opened once: an engine per poll keeps its connections open until the
+    garbage collector finds it (60 polls held 19), and a test polling for minutes on a busy
+    machine took the server to ``max_connections``, refusing the workers under test."""
     import optuna
 
     from tuner.orchestrate import open_storage
 
-    return optuna.load_study(study_name=f"{study}/{phase}", storage=open_storage(storage_url))
+    if storage_url.startswith("sqlite"):
+        storage = open_storage(storage_url)
+    else:
+        storage = _SERVER_STORAGES.get(storage_url) or _SERVER_STORAGES.setdefault(
+            storage_url, open_storage(storage_url)
+        )
+    return optuna.load_study(study_name=f"{study}/{phase}", storage=storage)
 
 
 def sqlite_url(output_dir: Path, study: str = "toy") -> str:

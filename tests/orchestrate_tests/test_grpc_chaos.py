@@ -67,6 +67,7 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
             ],
             PATIENCE_S,
             "the frozen trial's retry to start elsewhere",
+            process=other,  # an exit says why at once
         )
     finally:
         os.killpg(frozen.pid, signal.SIGCONT)
@@ -135,3 +136,62 @@ def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpo
         )
         resumed += retry.user_attrs.get("resumed_from_step", 0) > 0
     assert resumed >= 1
+
+
+def test_workers_wait_for_a_proxy_that_is_not_up_yet_and_for_one_killed_and_restarted(
+    tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str
+) -> None:
+    """Workers started before their proxy (a fleet and its proxy scheduled at once) wait for it;
+    then kill -9 of the proxy while both train, and a new proxy on the same port later (a
+    restart, a rescheduled pod): the workers say the storage is unreachable, wait, go on when it
+    answers, and every slot is done once. (Before, a worker ended at once with exit 2, and the
+    first call after the kill raised a gRPC error out of the worker: exit 70.)"""
+    from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    study = toy_study(
+        tmp_path, name=unique_name, options={"step_sleep_s": 0.03}, round1={"trials": 4, "steps": 60}
+    )
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    port = _free_port()
+    phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
+    logs = {label: tmp_path / f"{label}-retries.log" for label in ("w0", "w1")}  # each storage retry
+    workers = {
+        label: start_tuner(
+            *phase, "--label", label,
+            env=tuner_env(TUNER_STORAGE=f"grpc://127.0.0.1:{port}", TUNER_HEARTBEAT_GRACE_S="30",
+                          TUNER_STORAGE_RETRY_LOG=str(log)),
+        )
+        for label, log in logs.items()
+    }  # fmt: skip
+
+    def retried(times: int) -> bool:  # every worker alive, and each has retried ``times`` times
+        for label, process in workers.items():
+            assert process.poll() is None, f"{label} ended: {process.communicate()[0]}"
+        return all(log.exists() and len(log.read_text().splitlines()) >= times for log in logs.values())
+
+    wait_for(lambda: retried(1), what="both workers to wait for the proxy")
+    proxy, _ = _start_proxy(postgres_url, port, "--workers", "2")
+    try:
+        wait_for(
+            lambda: all(
+                _worker_status(output_dir, label, unique_name).get("step", 0) >= 10 for label in workers
+            ),
+            what="both workers mid-trial",
+        )
+        before = {label: len(log.read_text().splitlines()) for label, log in logs.items()}
+        proxy.kill()
+        proxy.communicate(timeout=60)
+        wait_for(lambda: retried(max(before.values()) + 1), what="both workers to meet the outage")
+        proxy, _ = _start_proxy(postgres_url, port, "--workers", "2")
+        for label, process in workers.items():
+            output, _ = finish(process, lambda: len(load_phase(postgres_url, unique_name).trials), what=label)
+            assert process.returncode == 0 and "Traceback" not in output, f"{label}: {output}"
+            assert f"(no answer at grpc://127.0.0.1:{port})" in output, output  # before it was up
+            assert "storage proxy: unavailable" in output, output  # killed mid-phase
+            assert output.count("storage reachable again") >= 2, output
+        _assert_each_slot_done_once(load_phase(postgres_url, unique_name).trials, 4)
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        proxy.communicate(timeout=60)

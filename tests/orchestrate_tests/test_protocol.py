@@ -209,6 +209,36 @@ def test_a_postgres_lock_whose_connection_was_terminated_reports_itself_lost(
     admin.dispose()
 
 
+@pytest.mark.postgres
+def test_a_lock_held_by_a_frozen_worker_is_waited_for_a_bounded_time_then_claims_go_on_without_it(
+    postgres_url: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker frozen inside its claim keeps its session lock as long as its connection lives
+    (hours for a hung machine): the others must not queue behind it forever. Here the test is
+    the frozen holder; a claim waits ``$TUNER_PHASE_LOCK_WAIT_S`` and goes on without the lock
+    (reconciled as through the proxy), while the plan's compare-and-set would still wait."""
+    import time
+
+    from tuner.orchestrate.locks import LOCK_WAIT_ENV
+
+    monkeypatch.setenv(LOCK_WAIT_ENV, "0.5")
+    storage = open_storage(postgres_url)
+    settings = PhaseSettings.build(4, max_failed=5)
+    study = start_phase(storage, unique_name, "round-1", settings, direction="minimize")
+    try:
+        with phase_lock(storage, study.study_name) as held:
+            started = time.monotonic()
+            claimed = Claimer(open_storage(postgres_url), study, _slot).claim(settings)
+            waited = time.monotonic() - started
+        assert not held.lost and isinstance(claimed, Claimed)
+        assert waited >= 0.5  # it did wait for the holder first
+        assert count_trials(study.get_trials()).running == 1
+    finally:
+        import optuna
+
+        optuna.delete_study(study_name=study.study_name, storage=storage)
+
+
 def test_trial_ids_come_from_public_api(tmp_path: Path) -> None:
     storage, study, settings = _phase(tmp_path)
     claimed = Claimer(storage, study, _slot).claim(settings)

@@ -119,7 +119,7 @@ class Claimer:
         lost: LostLocks,
         enqueued: list[int],
     ) -> Claimed | Decision:
-        with lost.watch(phase_lock(self.storage, self.study.study_name)):
+        with lost.watch(phase_lock(self.storage, self.study.study_name, bounded=True)):
             trials = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if _is_ours(t, token, trust_token=has_lock(self.storage) and not lost)]
             if mine:  # an earlier try of this claim got through: continue it, create nothing

@@ -167,7 +167,7 @@ def _fail_once(
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    with lost.watch(phase_lock(storage, study.study_name)):
+    with lost.watch(phase_lock(storage, study.study_name, bounded=True)):
         current = storage.get_trial(trial_id)
         failed_here = False
         if not current.state.is_finished():

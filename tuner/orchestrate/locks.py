@@ -10,6 +10,13 @@ administrator's ``pg_terminate_backend`` can end it while its holder is still in
 section, and another worker then enters too. The holder cannot prevent that, but it can notice:
 at the end, the unlock must succeed on the same connection and say it released a lock. If not,
 ``PhaseLock.lost`` is true and the caller reconciles what it wrote (see ``claim.yield_duplicates``).
+
+A holder can also stop without letting go: a worker frozen (SIGSTOP, a VM paused, a machine hung
+with its TCP connection open) inside the critical section keeps a session lock for as long as
+its connection lives, hours for a hung machine. So a claim or a failure waits at most
+``$TUNER_PHASE_LOCK_WAIT_S`` (30 s) on PostgreSQL, then goes on without the lock, as through the
+gRPC proxy: reconciled, never wrong (``claim.py``). On SQLite the lock stays: there the start of a
+trial is no compare-and-set (no ``SELECT ... FOR UPDATE``), and every holder is on this machine.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,12 +85,26 @@ def has_lock(storage: Any) -> bool:
     return hasattr(storage, "url")
 
 
+LOCK_WAIT_ENV = "TUNER_PHASE_LOCK_WAIT_S"
+DEFAULT_LOCK_WAIT_S = 30.0  # a claim holds it for milliseconds; 32 workers queue for a second or two
+
+
+def lock_wait_s() -> float:
+    """How long a claim waits for a PostgreSQL phase lock held elsewhere (see the module docstring)."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "") or DEFAULT_LOCK_WAIT_S))
+    except ValueError:
+        return DEFAULT_LOCK_WAIT_S
+
+
 @contextlib.contextmanager
-def phase_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
+def phase_lock(storage: Any, name: str, *, bounded: bool = False) -> Iterator[PhaseLock]:
     """Exclusive access to the phase ``name`` of ``storage`` (the ``RDBStorage`` tuner opened).
 
     A storage without a lock (``has_lock``) holds none, and says so as a lost lock does:
-    ``lost`` is set, so the caller reconciles what it wrote (``duplicates.py``).
+    ``lost`` is set, so the caller reconciles what it wrote (``duplicates.py``). ``bounded``:
+    for a caller that can reconcile (a claim, a failure), a PostgreSQL lock held elsewhere past
+    ``lock_wait_s()`` is given up the same way; others (a compare-and-set of the plan) wait.
     """
     if not has_lock(storage):
         yield PhaseLock(lost=True)
@@ -96,7 +119,7 @@ def phase_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
     elif is_postgres(url):
-        yield from _postgres_lock(storage, name)
+        yield from _postgres_lock(storage, name, lock_wait_s() if bounded else None)
     else:  # in-memory: one process at most, nothing to coordinate
         yield PhaseLock()
 
@@ -107,19 +130,31 @@ def is_postgres(url: str) -> bool:
     return postgres(url)
 
 
-def _postgres_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
+def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[PhaseLock]:
     from sqlalchemy import text
 
     key = {"key": _lock_key(name)}
     held = PhaseLock()
     connection = storage.engine.connect()
     try:
-        connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-        connection.commit()
+        if wait_s is None:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
+            connection.commit()
+            got = True
+        else:
+            got = _try_lock(connection, key, wait_s)
     except BaseException:
         with contextlib.suppress(Exception):
             connection.close()
         raise
+    if not got:
+        with contextlib.suppress(Exception):
+            connection.close()
+        from tuner.orchestrate.storage import note_retry
+
+        note_retry(RuntimeError(f"phase lock {name} held elsewhere for {wait_s:g} s: going on without it"))
+        yield PhaseLock(lost=True)
+        return
     try:
         yield held
     finally:
@@ -135,3 +170,20 @@ def _postgres_lock(storage: Any, name: str) -> Iterator[PhaseLock]:
             note_retry(RuntimeError(f"phase lock {name} was lost while held"))
         with contextlib.suppress(Exception):
             connection.close()
+
+
+def _try_lock(connection: Any, key: dict[str, int], wait_s: float) -> bool:
+    """``pg_try_advisory_lock`` until it succeeds or ``wait_s`` passed (waits doubling from 5 ms
+    to 0.5 s: a lock held for milliseconds is got at once, a frozen holder costs no busy loop)."""
+    from sqlalchemy import text
+
+    deadline, pause = time.monotonic() + wait_s, 0.005
+    while True:
+        got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), key).scalar()
+        connection.commit()
+        if got:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.5)

@@ -7,6 +7,13 @@ thread met it. Meanwhile the process says once, in one line, that it waits, and 
 storage is back. Errors that are not an unreachable server (a local SQLite file's "disk is full",
 a constraint violated) keep a short fixed budget of retries: waiting does not fix them.
 
+Through Optuna's gRPC storage proxy the same faults arrive as ``grpc.RpcError``: the proxy
+down or restarting is ``UNAVAILABLE``; the database behind it failing is ``UNKNOWN`` (Optuna's
+servicer passes no other code for it: the ``StorageInternalError`` raised in the proxy reaches the
+client as "Exception calling application: ..."). Both are waited out like an unreachable server.
+Every other code is an answer, not a fault (``NOT_FOUND``, ``FAILED_PRECONDITION`` for a finished
+trial): it is raised at once.
+
 The window is an environment setting, not a study field: it is a property of the database
 service and of the machine a worker runs on, and one study file is shared by machines whose
 storage paths differ.
@@ -47,16 +54,38 @@ def outage_window_s() -> float:
     return value
 
 
+PROXY_FAULT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL"})
+
+
+def proxy_error_types() -> tuple[type[BaseException], ...]:
+    """``(grpc.RpcError,)`` once a gRPC proxy client was opened, else ``()``: looked up, not
+    imported, so that a worker on a database never loads grpc for its error handling."""
+    grpc = sys.modules.get("grpc")
+    return (grpc.RpcError,) if grpc is not None else ()
+
+
+def proxy_code(error: BaseException) -> str | None:
+    """The gRPC status code's name of an error from the proxy (``UNAVAILABLE``), else None."""
+    if not isinstance(error, proxy_error_types()):
+        return None
+    code = getattr(error, "code", None)
+    return getattr(code(), "name", None) if callable(code) else None
+
+
 def is_outage(error: BaseException) -> bool:
     """Whether ``error`` says the server cannot be reached (or the connection to it died).
 
     Optuna wraps SQLAlchemy's error in ``StorageInternalError``; the cause chain is searched.
     An SQLite error never is one: its database is a local file, not a server that comes back.
+    Through the proxy: one of ``PROXY_FAULT_CODES`` (see the module docstring).
     """
     import sqlite3
 
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+    code = proxy_code(error)
+    if code is not None:
+        return code in PROXY_FAULT_CODES
     seen: BaseException | None = error
     for _ in range(8):
         if seen is None:
@@ -77,6 +106,11 @@ def first_line(error: BaseException) -> str:
     ("An exception is raised during the commit ... e.g. exceeding max length")."""
     from sqlalchemy.exc import DBAPIError
 
+    code = proxy_code(error)
+    if code is not None:  # "Exception calling application: <the proxy's storage error>"
+        details = (getattr(error, "details", lambda: "")() or "").strip().splitlines() or [""]
+        said = details[0].removeprefix("Exception calling application: ").split(";")[0]
+        return f"storage proxy: {code.lower()}" + (f", {said[:120]}" if said else "")
     seen: BaseException | None = error
     for _ in range(8):
         if seen is None or isinstance(seen, DBAPIError):

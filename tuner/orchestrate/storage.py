@@ -127,7 +127,7 @@ def open_storage(
     if parsed.backend is Backend.GRPC and parsed.grpc_address is not None:
         # no lock and no heartbeat table passes the proxy: claims reconcile (``duplicates.py``)
         # and trials beat through an attribute (``heartbeat.record_beat``)
-        return open_grpc_proxy(*parsed.grpc_address)
+        return open_grpc_proxy(*parsed.grpc_address, wait_out_outage=wait_out_outage)
     if parsed.in_memory:
         raise UsageError(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
@@ -258,7 +258,8 @@ def with_retries(
     An unreachable server (refused or dropped connections: a restart, a failover) is waited out
     (``outage.py``): tried again, waits doubling from ``first_wait_s`` up to 5 s, until it answers
     or ``$TUNER_STORAGE_OUTAGE_S`` (120 s) have passed since the outage began; then
-    ``StorageUnreachableError``, one line, exit 2. Any other transient error (Optuna's
+    ``StorageUnreachableError``, one line, exit 2; so is a gRPC proxy, or the database behind it,
+    that fails (``outage.PROXY_FAULT_CODES``). Any other transient error (Optuna's
     ``StorageInternalError``, SQLite's ``OperationalError``) is tried ``DEFAULT_ATTEMPTS`` times
     (``BACKOFF_S``, 7.75 s of waits). ``attempts`` given: that many tries whatever the error, and
     no outage is announced (the live view, which must not block).
@@ -269,10 +270,13 @@ def with_retries(
     from tuner.orchestrate import outage
 
     tries = 0
+    transient = (StorageInternalError, OperationalError, *outage.proxy_error_types())
     while True:
         try:
             result = call(*args, **kwargs)
-        except (StorageInternalError, OperationalError) as error:
+        except transient as error:
+            if outage.proxy_code(error) not in (None, *outage.PROXY_FAULT_CODES):
+                raise  # the proxy's answer (not found, a finished trial), not a fault
             tries += 1
             wait_s = min(first_wait_s * 2 ** (tries - 1), outage.MAX_WAIT_S)
             if attempts is None and outage.is_outage(error):
@@ -299,20 +303,38 @@ BACKOFF_S = sum(0.25 * 2**attempt for attempt in range(DEFAULT_ATTEMPTS - 1))  #
 PROXY_ANSWER_S = 5.0  # a proxy that does not answer by then is down, or the address is wrong
 
 
-def open_grpc_proxy(host: str, port: int) -> Any:
+def open_grpc_proxy(host: str, port: int, *, wait_out_outage: bool = False) -> Any:
     """Optuna's client of a gRPC storage proxy (``tuner storage-proxy``), once it answers; an
     address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
-    error later."""
+    error later. ``wait_out_outage`` (a worker): waited for as an outage instead (a proxy being
+    restarted), then the same line."""
     import optuna
+
+    from tuner.orchestrate import outage
 
     quiet_optuna()
     proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
-    try:
-        proxy.wait_server_ready(timeout=PROXY_ANSWER_S)
-    except ConnectionError:
+    tries = 0
+    while True:
+        try:  # waiting out: short looks, with a stop signal obeyed between them (``outage.wait``)
+            proxy.wait_server_ready(timeout=1.0 if wait_out_outage else PROXY_ANSWER_S)
+            break
+        except ConnectionError:
+            if wait_out_outage:
+                silent = ConnectionError(f"no answer at grpc://{host}:{port}")
+                lasted = outage.note_unreachable(silent)
+                if lasted < outage.outage_window_s():
+                    note_retry(silent)
+                    tries += 1
+                    outage.wait(min(0.25 * 2 ** (tries - 1), outage.MAX_WAIT_S))
+                    continue
+                proxy.close()
+                raise outage.give_up(silent, lasted) from None
         proxy.close()
         raise UsageError(
             f"no storage proxy answers at grpc://{host}:{port} (waited {PROXY_ANSWER_S:g} s): is "
             "`tuner storage-proxy` running there, and is the port reachable from here?"
         ) from None
+    if wait_out_outage:
+        outage.note_reachable()
     return proxy

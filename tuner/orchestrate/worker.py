@@ -387,7 +387,9 @@ def _is_storage_error(error: BaseException) -> bool:
     from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import SQLAlchemyError
 
-    return isinstance(error, StorageInternalError | SQLAlchemyError)
+    from tuner.orchestrate.outage import proxy_error_types
+
+    return isinstance(error, (StorageInternalError, SQLAlchemyError, *proxy_error_types()))
 
 
 def run_worker(
