@@ -132,10 +132,17 @@ def _phase_under_fire(
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("through", ["postgresql", "grpc"])
 def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
-    tmp_path: Path, postgres_url: str, unique_name: str
+    tmp_path: Path, postgres_url: str, unique_name: str, through: str
 ) -> None:
-    """``run-round`` here, ``tuner worker`` on "another machine" (its own output folder)."""
+    """``run-round`` here, ``tuner worker`` on "another machine" (its own output folder), both
+    on the database or both through one proxy."""
+    with _storage_for_workers(postgres_url, through) as url:
+        _one_machine_lost(tmp_path, postgres_url, unique_name, url)
+
+
+def _one_machine_lost(tmp_path: Path, postgres_url: str, unique_name: str, url: str) -> None:
     import json
 
     from tests._processes import wait_for as _wait_for
@@ -149,7 +156,7 @@ def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
         options={"step_sleep_s": 0.03},
         round1={"trials": 4, "steps": 60, "max_failed": 1},
     )
-    env = tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S="4")
+    env = tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S="4")
     command = start_tuner(
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(here), "--no-progress",
         env=env,

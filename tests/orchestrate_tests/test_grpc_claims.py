@@ -194,3 +194,26 @@ def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_
     assert trial.state == TrialState.RUNNING and OWNER_ATTR not in trial.system_attrs
     # and a start that is ours, acknowledged or not, names its owner
     assert first.trial.system_attrs[OWNER_ATTR] == first.trial.user_attrs["claim_token"]
+
+
+def test_sweep_lr_and_validate_through_the_proxy(
+    tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str
+) -> None:
+    """sweep-lr's workers claim its grid through the proxy; the length it stores is the one
+    `validate` (and every later phase) reads back through it."""
+    import yaml
+
+    from tests.playbook_tests.test_sweep_lr_command import _sweep_study
+    from tuner.orchestrate.storage import open_storage
+    from tuner.playbook.study_results import stored_recommendation
+
+    path = _sweep_study(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**document, "name": unique_name}, sort_keys=False))
+    args = ("--storage", proxy_url, "--output-dir", str(output_dir))
+    done = run_tuner("sweep-lr", str(path), *args, "--workers", "2", "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "- max_train_steps = 10: lr 1 fit the training set" in done.stdout, done.stdout
+    assert stored_recommendation(open_storage(postgres_url), unique_name) == 10
+    found = run_tuner("validate", str(path), "--storage", proxy_url)
+    assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout, found.stdout + found.stderr

@@ -77,6 +77,7 @@ class Claimer:
         self.storage, self.study, self.new_slot = storage, study, new_slot
         self.direction = with_retries(lambda: study.direction).name.lower()
         self._spread = 1  # without a lock: how many free slots a new slot is drawn from, at least
+        self.running = 0  # RUNNING trials of the phase as the last claim counted them
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
@@ -145,6 +146,7 @@ class Claimer:
         from optuna.trial import TrialState, create_trial
 
         counts = count_trials(trials, self.direction)
+        self.running = counts.running
         now = storage_clock(self.storage) if settings.timeout_h is not None else None  # one clock
         decision = decide(counts, settings, window_started_at=window_started_at, now=now)
         if decision.action != Action.START:

@@ -72,6 +72,15 @@ def proxy_code(error: BaseException) -> str | None:
     return getattr(code(), "name", None) if callable(code) else None
 
 
+def is_storage_error(error: BaseException) -> bool:
+    """Whether the storage raised ``error`` (Optuna's, SQLAlchemy's, the proxy's): not the
+    trial's fault, so not recorded against it."""
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return isinstance(error, (StorageInternalError, SQLAlchemyError, *proxy_error_types()))
+
+
 def is_outage(error: BaseException) -> bool:
     """Whether ``error`` says the server cannot be reached (or the connection to it died).
 

@@ -38,9 +38,9 @@ from tuner.orchestrate.failures import (
     save_error_log,
     settle_folder_status,
 )
-from tuner.orchestrate.heartbeat import BeatWatch, HeartbeatThread, heartbeat_settings
+from tuner.orchestrate.heartbeat import BeatWatch, HeartbeatThread, heartbeat_settings, stale_check_interval_s
 from tuner.orchestrate.messages import Errored
-from tuner.orchestrate.outage import recovered_within
+from tuner.orchestrate.outage import is_storage_error, recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
 from tuner.orchestrate.search_space import Param, distributions, to_config_values
@@ -161,7 +161,8 @@ class Worker:
             after_outage = recovered_within(grace, longer_than=grace / 2)
             if time.monotonic() >= next_stale_check and not after_outage:
                 with_retries(fail_stale_trials, self.storage, self.study, settings, self.beat_watch)
-                next_stale_check = time.monotonic() + self.heartbeat_s
+                running = self.claimer.running  # as the last claim counted them
+                next_stale_check = time.monotonic() + stale_check_interval_s(self.heartbeat_s, running)
             if self._warm_up is not None and with_retries(
                 self.claimer.would_start, settings, window_started_at(attrs)
             ):  # warm before the claim: a claimed trial still importing holds back the others
@@ -312,7 +313,7 @@ class Worker:
         except UpdateFinishedTrialError:
             return  # another worker ended it (we were cut off): it is theirs now
         except Exception as error:  # a bad point of the space: the trial's fault
-            if _is_storage_error(error):
+            if is_storage_error(error):
                 raise
             message = f"{type(error).__name__}: {error}".splitlines()[0]
             save_error_log(run_dir, message)
@@ -381,15 +382,6 @@ class Worker:
                 },
                 durable=False,
             )
-
-
-def _is_storage_error(error: BaseException) -> bool:
-    from optuna.exceptions import StorageInternalError
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from tuner.orchestrate.outage import proxy_error_types
-
-    return isinstance(error, (StorageInternalError, SQLAlchemyError, *proxy_error_types()))
 
 
 def run_worker(
