@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -117,15 +118,22 @@ def output_dir(tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
-@pytest.fixture
-def proxy_url(postgres_url: str) -> Iterator[str]:
-    """``grpc://`` of a ``tuner storage-proxy`` in front of the test PostgreSQL, stopped after."""
+@contextlib.contextmanager
+def serving_proxy(storage_url: str, workers: int = 8) -> Iterator[str]:
+    """``grpc://`` of a ``tuner storage-proxy`` in front of ``storage_url``, stopped after."""
     from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
 
     port = _free_port()
-    proxy, _ = _start_proxy(postgres_url, port, "--workers", "8")
+    proxy, _ = _start_proxy(storage_url, port, "--workers", str(workers))
     try:
         yield f"grpc://127.0.0.1:{port}"
     finally:
         proxy.send_signal(signal.SIGINT)
         proxy.communicate(timeout=60)
+
+
+@pytest.fixture
+def proxy_url(postgres_url: str) -> Iterator[str]:
+    """``grpc://`` of a ``tuner storage-proxy`` in front of the test PostgreSQL, stopped after."""
+    with serving_proxy(postgres_url) as url:
+        yield url

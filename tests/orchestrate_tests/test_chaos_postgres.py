@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests._processes import wait_for as _wait_for
-from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
+from tests.orchestrate_tests.conftest import load_phase, serving_proxy, start_tuner, toy_study, tuner_env
 from tuner.playbook import start_round
 from tuner.spec import load_study
 
@@ -48,15 +48,8 @@ def _storage_for_workers(url: str, through: str) -> Iterator[str]:
     if through == "postgresql":
         yield url
         return
-    from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
-
-    port = _free_port()
-    proxy, _ = _start_proxy(url, port, "--workers", "2")
-    try:
-        yield f"grpc://127.0.0.1:{port}"
-    finally:
-        proxy.send_signal(signal.SIGINT)
-        proxy.communicate(timeout=60)
+    with serving_proxy(url, workers=2) as proxy_url:
+        yield proxy_url
 
 
 @pytest.mark.postgres
