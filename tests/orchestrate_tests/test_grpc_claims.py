@@ -217,3 +217,41 @@ def test_sweep_lr_and_validate_through_the_proxy(
     assert stored_recommendation(open_storage(postgres_url), unique_name) == 10
     found = run_tuner("validate", str(path), "--storage", proxy_url)
     assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout, found.stdout + found.stderr
+
+
+def test_racing_writers_of_a_plan_through_the_proxy_agree_on_one(
+    proxy_url: str, postgres_url: str, unique_name: str
+) -> None:
+    """Creating a phase's plan is compare-and-set (``phase.compare_and_set_attr``); through the
+    proxy no lock passes, so the right to write is the creation of one marker study. Eight
+    writers at once: one writes, the seven others get its plan. (Under the lock alone, every one
+    of them wrote, and the last won silently.) Not a phase: ``list`` never shows the marker."""
+    import threading
+
+    from tuner.orchestrate.phase import compare_and_set_attr
+    from tuner.orchestrate.storage import open_storage
+    from tuner.orchestrate.stored import open_reader
+
+    writers, barrier, results = 8, threading.Barrier(8), []
+
+    def write(plan: str) -> None:
+        storage = open_storage(proxy_url)
+        barrier.wait()
+        results.append(
+            compare_and_set_attr(
+                storage, unique_name, "round-2", "tuner:plan", plan, expected=None, direction="minimize"
+            )
+        )
+
+    threads = [threading.Thread(target=write, args=(f"plan {index}",)) for index in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == writers
+    assert sum(swap.swapped for swap in results) == 1, results
+    (winner,) = [swap.held for swap in results if swap.swapped]
+    assert {swap.held for swap in results} == {winner}
+    assert load_phase(postgres_url, unique_name, "round-2").user_attrs["tuner:plan"] == winner
+    with open_reader(postgres_url) as reader:
+        assert reader.studies()[unique_name] == ["round-2"]  # the marker is not a phase

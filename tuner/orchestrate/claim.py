@@ -12,7 +12,10 @@ Two things make a claim safe when the storage misbehaves:
   no owner written yet, if it bears our token and every try of this claim held the lock (no
   rival could have overwritten it). Through the gRPC proxy a start whose acknowledgement was
   lost is then left alone: it carries our beat, goes stale and is retried (a slot is never
-  run twice; it may run a grace later).
+  run twice; it may run a grace later). On PostgreSQL one case stays open: a rival whose lock
+  wait ran out (``locks.lock_wait_s``, 30 s) claims without the lock, so if it starts the trial
+  between our token and our start, our start's acknowledgement is lost, and we look before it
+  writes its owner (milliseconds), we take its trial too: three faults at once.
 - A PostgreSQL lock can be lost mid-claim (``locks.py``), and Optuna's gRPC storage proxy has
   no lock at all. A claim whose lock was lost, or never held, may have created a trial another
   worker created too (same slot and attempt). Of those, the lowest-numbered counts, by a rule

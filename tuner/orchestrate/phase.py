@@ -22,7 +22,7 @@ from typing import Any
 
 from tuner import _clock
 from tuner.errors import UsageError
-from tuner.orchestrate.locks import phase_lock
+from tuner.orchestrate.locks import has_lock, phase_lock
 from tuner.orchestrate.stall import DEFAULT_STALL_MIN_S, DEFAULT_STALL_MULTIPLE
 
 SETTINGS_ATTR = "tuner:settings"
@@ -217,6 +217,7 @@ def compare_and_set_attr(
     that at once would both write, and the last would win silently. Here the check and the write
     are one step; a caller that gets back something other than ``new`` lost the race and uses
     (or refuses) the winner's value. Creates the phase's Optuna study when it does not exist yet.
+    Without a lock (the gRPC proxy): ``_swap_by_marker``.
     """
     import optuna
 
@@ -227,6 +228,8 @@ def compare_and_set_attr(
         optuna_study = optuna.create_study(
             study_name=name, storage=storage, direction=direction, load_if_exists=True
         )
+        if not has_lock(storage):
+            return _swap_by_marker(storage, optuna_study, key, new, expected=expected)
         with phase_lock(storage, name):
             current = optuna_study.user_attrs.get(key)
             if current != expected:
@@ -235,6 +238,49 @@ def compare_and_set_attr(
             return AttrSwap(new, swapped=True)
 
     return with_retries(attempt)
+
+
+SWAP_MARKER_PREFIX = "tuner-swap:"  # no "/": never read as a phase (``stored.split_name``)
+SWAP_WAIT_S = 60.0  # a winner writes within a storage call of creating its marker
+
+
+def _swap_by_marker(storage: Any, optuna_study: Any, key: str, new: Any, *, expected: Any) -> AttrSwap:
+    """``compare_and_set_attr`` through the storage API alone: the right to move ``key`` away
+    from ``expected`` is the creation of one marker study, which every Optuna storage makes
+    exclusive (a study name is unique: ``DuplicatedStudyError`` for every other creator; the
+    proxy passes it on as ``ALREADY_EXISTS``). The winner writes; a loser waits for the write.
+    The marker is named after the phase's study id, so a phase deleted and started again gets
+    new ones; markers stay (a few bytes each, one per plan written)."""
+    import hashlib
+    import json
+    import time
+
+    from optuna.exceptions import DuplicatedStudyError
+    from optuna.study import StudyDirection
+
+    current = optuna_study.user_attrs.get(key)
+    if current != expected:
+        return AttrSwap(current, swapped=False)
+    from tuner.orchestrate._optuna_adapter import study_id as study_id_of
+
+    study_id = study_id_of(storage, optuna_study)
+    digest = hashlib.sha256(json.dumps([study_id, key, expected], default=str).encode()).hexdigest()
+    marker = SWAP_MARKER_PREFIX + digest[:40]
+    try:
+        storage.create_new_study(directions=[StudyDirection.MINIMIZE], study_name=marker)
+    except DuplicatedStudyError:
+        deadline = time.monotonic() + SWAP_WAIT_S
+        while (current := optuna_study.user_attrs.get(key)) == expected:
+            if time.monotonic() >= deadline:
+                raise UsageError(
+                    f"another command took the right to write {key} of {optuna_study.study_name} and has "
+                    f"not written it in {SWAP_WAIT_S:g} s; if no command runs, delete the Optuna study "
+                    f"{marker} (optuna delete-study) and run again"
+                ) from None
+            time.sleep(0.2)
+        return AttrSwap(current, swapped=False)
+    optuna_study.set_user_attr(key, new)
+    return AttrSwap(new, swapped=True)
 
 
 def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> Any:
