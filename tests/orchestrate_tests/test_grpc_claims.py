@@ -201,15 +201,11 @@ def test_sweep_lr_and_validate_through_the_proxy(
 ) -> None:
     """sweep-lr's workers claim its grid through the proxy; the length it stores is the one
     `validate` (and every later phase) reads back through it."""
-    import yaml
-
     from tests.playbook_tests.test_sweep_lr_command import _sweep_study
     from tuner.orchestrate.storage import open_storage
     from tuner.playbook.study_results import stored_recommendation
 
-    path = _sweep_study(tmp_path)
-    document = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**document, "name": unique_name}, sort_keys=False))
+    path = _renamed(_sweep_study(tmp_path), unique_name)
     args = ("--storage", proxy_url, "--output-dir", str(output_dir))
     done = run_tuner("sweep-lr", str(path), *args, "--workers", "2", "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -255,3 +251,31 @@ def test_racing_writers_of_a_plan_through_the_proxy_agree_on_one(
     assert load_phase(postgres_url, unique_name, "round-2").user_attrs["tuner:plan"] == winner
     with open_reader(postgres_url) as reader:
         assert reader.studies()[unique_name] == ["round-2"]  # the marker is not a phase
+
+
+def test_tune_through_the_proxy_delivers_its_model_and_reports_its_log(
+    tmp_path: Path, output_dir: Path, proxy_url: str, unique_name: str
+) -> None:
+    """`tuner tune` (round 1, round 2, the delivered model and the decision log it stores in
+    the storage) with every phase's workers and every read through the proxy."""
+    import json
+
+    from tests.cli_tests.test_tune import tune_study
+
+    path = _renamed(tune_study(tmp_path, top_k=1), unique_name)
+    args = ("--storage", proxy_url, "--output-dir", str(output_dir))
+    done = run_tuner("tune", str(path), "--budget", "80", "--no-apply-suggestions", "--json", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    model = json.loads(done.stdout)["delivered_model"]
+    assert model["delivered"] and model["phase"] == "round-2", model
+    report = run_tuner("report", str(path), "--json", *args)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["tune"]["budget_steps"] == 80
+
+
+def _renamed(path: Path, name: str) -> Path:
+    """The study file at ``path`` under the name ``name`` (unique on the shared PostgreSQL)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "name": name}, sort_keys=False))
+    return path
