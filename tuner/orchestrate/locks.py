@@ -89,11 +89,20 @@ DEFAULT_LOCK_WAIT_S = 30.0  # a claim holds it for milliseconds; 32 workers queu
 
 
 def lock_wait_s() -> float:
-    """How long a claim waits for a PostgreSQL phase lock held elsewhere (see the module docstring)."""
+    """How long a claim waits for a PostgreSQL phase lock held elsewhere (see the module
+    docstring); a value that is not a number of seconds >= 0 is one line (exit 2), not ignored."""
+    from tuner.errors import UsageError
+
+    raw = os.environ.get(LOCK_WAIT_ENV, "").strip()
     try:
-        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "") or DEFAULT_LOCK_WAIT_S))
+        value = float(raw) if raw else DEFAULT_LOCK_WAIT_S
     except ValueError:
-        return DEFAULT_LOCK_WAIT_S
+        value = -1.0
+    if not value >= 0:
+        raise UsageError(
+            f"${LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0 (default {DEFAULT_LOCK_WAIT_S:g})"
+        )
+    return value
 
 
 @contextlib.contextmanager
