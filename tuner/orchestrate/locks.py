@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,20 +88,10 @@ DEFAULT_LOCK_WAIT_S = 30.0  # a claim holds it for milliseconds; 32 workers queu
 
 
 def lock_wait_s() -> float:
-    """How long a claim waits for a PostgreSQL phase lock held elsewhere (see the module
-    docstring); a value that is not a number of seconds >= 0 is one line (exit 2), not ignored."""
-    from tuner.errors import UsageError
+    """How long a claim waits for a PostgreSQL phase lock held elsewhere (see the module docstring)."""
+    from tuner.orchestrate.env_settings import seconds_setting
 
-    raw = os.environ.get(LOCK_WAIT_ENV, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_LOCK_WAIT_S
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise UsageError(
-            f"${LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0 (default {DEFAULT_LOCK_WAIT_S:g})"
-        )
-    return value
+    return seconds_setting(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_S)
 
 
 @contextlib.contextmanager

@@ -21,13 +21,13 @@ storage paths differ.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from tuner.errors import UsageError
+from tuner.orchestrate.env_settings import seconds_setting
 
 OUTAGE_ENV = "TUNER_STORAGE_OUTAGE_S"
 DEFAULT_OUTAGE_S = 120.0
@@ -40,18 +40,7 @@ class StorageUnreachableError(UsageError):
 
 def outage_window_s() -> float:
     """Seconds an outage is waited out (``$TUNER_STORAGE_OUTAGE_S``, default 120)."""
-    raw = os.environ.get(OUTAGE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_OUTAGE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise UsageError(
-            f"${OUTAGE_ENV}={raw!r}: expected a number of seconds >= 0 (default {DEFAULT_OUTAGE_S:g})"
-        )
-    return value
+    return seconds_setting(OUTAGE_ENV, DEFAULT_OUTAGE_S)
 
 
 PROXY_FAULT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL"})
