@@ -84,6 +84,86 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
     assert retry.user_attrs["worker"] == "other" and retry.state.name == "COMPLETE"
 
 
+def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lock_wait_only(
+    tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker frozen between two statements of a transaction keeps the row locks it took:
+    writing an attribute of its trial locks the trial's row, so the worker that finds the trial
+    stale could not fail it for as long as the freeze lasted (CI: the test above timed out after
+    300 s). The server now ends a tuner session idle in a transaction after
+    ``$TUNER_PHASE_LOCK_WAIT_S``, and the phase lock, a transaction lock, goes with it.
+
+    The frozen worker's unfinished write and claim are made here, through tuner's own storage
+    (its sessions are the ones configured), on the frozen worker's trial; then it is frozen."""
+    from sqlalchemy import text
+
+    from tuner.orchestrate import open_storage
+    from tuner.orchestrate.locks import phase_lock
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    monkeypatch.setenv("TUNER_PHASE_LOCK_WAIT_S", "3")
+    study = toy_study(
+        tmp_path, name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 3, "steps": 60}
+    )
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+
+    def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
+        return start_tuner(
+            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
+            env=tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)),
+            start_new_session=True,
+        )  # fmt: skip
+
+    frozen = worker("frozen", 120)
+    number = wait_for(
+        lambda: (
+            (s := _worker_status(output_dir, "frozen", unique_name)).get("state") == "training"
+            and s.get("step", 0) >= 20
+            and int(s["trial"])
+        ),
+        what="a trial of the frozen worker with a checkpoint",
+    )
+    trial_id = load_phase(postgres_url, unique_name).trials[number]._trial_id
+    storage = open_storage(postgres_url)
+    writing = storage.engine.connect()
+    writing.execute(
+        text("INSERT INTO trial_user_attributes (trial_id, key, value_json) VALUES (:id, 'half', '1')"),
+        {"id": trial_id},
+    )
+    claiming = phase_lock(storage, f"{unique_name}/round-1", bounded=True)
+    held = claiming.__enter__()
+    os.killpg(frozen.pid, signal.SIGSTOP)
+    try:
+        other = worker("other", 4)
+        wait_for(
+            lambda: [
+                t
+                for t in load_phase(postgres_url, unique_name).trials
+                if t.user_attrs.get("retry_of") == number and t.state.name != "WAITING"
+            ],
+            120,
+            "the frozen trial's retry to start elsewhere",
+            process=other,
+        )
+    finally:
+        os.killpg(frozen.pid, signal.SIGCONT)
+    claiming.__exit__(None, None, None)
+    assert held.lost  # the server ended the stalled claim's session: the lock went with it
+    with pytest.raises(Exception, match="idle-in-transaction timeout"):
+        writing.execute(text("SELECT 1"))  # and the stalled write's
+    writing.invalidate()
+    for process in (frozen, other):
+        output, _ = finish(
+            process, lambda: len(load_phase(postgres_url, unique_name).trials), what="a worker"
+        )
+        assert process.returncode == 0 and "Traceback" not in output, output
+    trials = load_phase(postgres_url, unique_name).trials
+    _assert_each_slot_done_once(trials, 3)
+    assert "half" not in trials[number].user_attrs  # the stalled write was rolled back
+    assert trials[number].user_attrs["failure_reason"] == "killed"
+
+
 @pytest.mark.parametrize("through", ["postgresql", "grpc"])
 def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpoint(
     tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str, through: str

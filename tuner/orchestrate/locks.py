@@ -17,6 +17,17 @@ its connection lives, hours for a hung machine. So a claim or a failure waits at
 ``$TUNER_PHASE_LOCK_WAIT_S`` (30 s) on PostgreSQL, then goes on without the lock, as through the
 gRPC proxy: reconciled, never wrong (``claim.py``). On SQLite the lock stays: there the start of a
 trial is no compare-and-set (no ``SELECT ... FOR UPDATE``), and every holder is on this machine.
+
+The same freeze can land inside any write, not only inside the lock: a worker stopped between
+two statements of a transaction keeps the row locks it took. Writing an attribute of a trial
+locks the trial's row against ``SELECT ... FOR UPDATE`` (the foreign key), so the worker that
+finds the trial stale and fails it would wait on that row for as long as the freeze lasts: it
+did, in CI, for the whole 300 s of a test. ``end_stalled_transactions`` has the server end a
+tuner session that sits in a transaction for the same ``$TUNER_PHASE_LOCK_WAIT_S`` (tuner's
+transactions last milliseconds): its locks go with it, and the thawed worker's next call finds
+the connection gone and is retried on a new one (``storage.with_retries``). For the same reason
+the phase lock itself is a transaction lock held in an open transaction: a holder frozen inside
+the critical section loses it after that time, not only the others' patience.
 """
 
 from __future__ import annotations
@@ -127,7 +138,33 @@ def is_postgres(url: str) -> bool:
     return postgres(url)
 
 
+def end_stalled_transactions(engine: Any) -> None:
+    """Have the PostgreSQL server end each session of ``engine`` that sits idle inside a
+    transaction for ``lock_wait_s()`` (see the module docstring). Set when each connection is
+    made (``SET``, not a startup option: a connection pooler may refuse those); the pooled
+    connections made before, while Optuna created its tables, are dropped."""
+    from sqlalchemy import event
+
+    timeout_ms = max(1000, round(lock_wait_s() * 1000))
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True  # or the pool's rollback undoes the SET
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+        finally:
+            cursor.close()
+            dbapi_connection.autocommit = autocommit
+
+    event.listen(engine, "connect", on_connect)
+    engine.dispose()
+
+
 def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[PhaseLock]:
+    """``pg_advisory_xact_lock`` in a transaction left open while the caller works on other
+    connections: a holder that stalls there is ended by the server (``end_stalled_transactions``),
+    and the lock with it; the commit that ends the hold tells whether it survived."""
     from sqlalchemy import text
 
     key = {"key": _lock_key(name)}
@@ -135,8 +172,7 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
     connection = storage.engine.connect()
     try:
         if wait_s is None:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-            connection.commit()
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), key)
             got = True
         else:
             got = _lock_within(connection, key, wait_s)
@@ -155,10 +191,9 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
     try:
         yield held
     finally:
-        try:
-            released = connection.execute(text("SELECT pg_advisory_unlock(:key)"), key).scalar()
+        try:  # the lock ends with the transaction; a session ended meanwhile fails the commit
+            connection.execute(text("SELECT 1"))
             connection.commit()
-            held.lost = not released
         except Exception:  # the connection died: the server dropped the lock at some point
             held.lost = True
         if held.lost:
@@ -170,18 +205,18 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
 
 
 def _lock_within(connection: Any, key: dict[str, int], wait_s: float) -> bool:
-    """``pg_advisory_lock`` under a ``lock_timeout`` of ``wait_s``: queued in the server's
+    """``pg_advisory_xact_lock`` under a ``lock_timeout`` of ``wait_s``: queued in the server's
     lock queue like an unbounded wait (first come, first served: polling with
     ``pg_try_advisory_lock`` instead let 32 workers starve one another, p99 of a claim 9.7 s),
-    False when the wait runs out (SQLSTATE 55P03, lock_not_available)."""
+    False when the wait runs out (SQLSTATE 55P03, lock_not_available). The transaction stays
+    open, holding the lock (``_postgres_lock``)."""
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
     try:
         # SET LOCAL: this transaction only, so the pooled connection keeps no timeout after it
         connection.execute(text(f"SET LOCAL lock_timeout = '{max(1, round(wait_s * 1000))}ms'"))
-        connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-        connection.commit()
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), key)
         return True
     except OperationalError as error:
         code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)

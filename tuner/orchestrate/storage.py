@@ -20,6 +20,7 @@ from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate import outage
+from tuner.orchestrate.locks import end_stalled_transactions
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
@@ -150,6 +151,8 @@ def open_storage(
                 )
             if parse_storage_url(url).backend is Backend.SQLITE:
                 _commit_without_fsync(storage.engine)
+            else:  # a worker frozen mid-write must not hold its row locks for the freeze
+                end_stalled_transactions(storage.engine)
             if wait_out_outage:
                 outage.note_reachable()
             return storage

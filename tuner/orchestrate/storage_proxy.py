@@ -22,6 +22,7 @@ from typing import Any
 from tuner.errors import UsageError
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import SignalFlag
+from tuner.orchestrate.locks import end_stalled_transactions
 from tuner.orchestrate.storage import _scrub, quiet_optuna, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
@@ -75,6 +76,8 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
     except (SQLAlchemyError, ImportError, ValueError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first, url)}") from None
+    if parsed.backend is Backend.POSTGRESQL:
+        end_stalled_transactions(rdb.engine)  # a proxy thread stalled mid-write frees its rows
     return optuna.storages.get_storage(rdb), rdb.engine
 
 
