@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -25,6 +27,28 @@ def test_an_error_in_the_view_does_not_kill_the_workers(tmp_path: Path) -> None:
     assert codes == {"w0": 0}  # it ran to its end: not killed
     assert marker.exists()
     assert pool.tick_errors and all(isinstance(e, OSError) for e in pool.tick_errors)
+
+
+def test_a_worker_killed_by_the_stop_it_was_sent_is_interrupted_one_that_dies_alone_is_not(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while a worker still imports (before ``tuner worker`` counts signals): the SIGTERM
+    the pool forwards kills it by default. That is the stop that was asked for (130, what a
+    worker stopped cleanly exits with), not a crash ("died of SIGTERM", exit 70: a CI failure).
+    A worker that dies of a SIGTERM nobody here sent stays a death by SIGTERM."""
+    starting = "import time; time.sleep(30)"  # no handler yet: as while importing
+    pool = LocalPool(
+        lambda worker: [sys.executable, "-c", starting], [LocalWorker("w0")], env={}, log_dir=tmp_path / "a"
+    )
+    pool.start()
+    os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, counted by the pool
+    assert pool.wait(tick=lambda: None, tick_s=0.1) == {"w0": 130}
+    alone = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    pool = LocalPool(
+        lambda worker: [sys.executable, "-c", alone], [LocalWorker("w0")], env={}, log_dir=tmp_path / "b"
+    )
+    pool.start()
+    assert pool.wait(tick=lambda: None, tick_s=0.1) == {"w0": -signal.SIGTERM}
 
 
 def test_without_workers_or_devices_a_cpu_machine_gets_one_worker_per_core_within_the_caps(

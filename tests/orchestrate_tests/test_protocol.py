@@ -264,10 +264,10 @@ def test_storage_errors_absorbed_by_retries_are_counted_and_logged(
     """What lets a test assert "no database is locked" although ``with_retries`` hides it."""
     from sqlalchemy.exc import OperationalError
 
-    from tuner.orchestrate import storage
+    from tuner.orchestrate import retry_log, storage
 
     log = tmp_path / "retries.log"
-    monkeypatch.setenv(storage.RETRY_LOG_ENV, str(log))
+    monkeypatch.setenv(retry_log.RETRY_LOG_ENV, str(log))
     calls = []
 
     def locked_once() -> str:
@@ -276,9 +276,9 @@ def test_storage_errors_absorbed_by_retries_are_counted_and_logged(
             raise OperationalError("INSERT", {}, Exception("database is locked"))
         return "ok"
 
-    before = storage.retries.locked
+    before = retry_log.retries.locked
     assert storage.with_retries(locked_once, first_wait_s=0.01) == "ok"
-    assert storage.retries.locked == before + 1
+    assert retry_log.retries.locked == before + 1
     assert "locked: " in log.read_text()
 
 

@@ -36,7 +36,7 @@ import time
 import uuid
 from typing import Any
 
-from tuner.orchestrate.storage import note_retry
+from tuner.orchestrate.retry_log import note_retry
 
 HEARTBEAT_ENV = "TUNER_HEARTBEAT_S"
 GRACE_ENV = "TUNER_HEARTBEAT_GRACE_S"

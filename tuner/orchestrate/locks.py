@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.orchestrate.retry_log import note_retry
+
 
 def _lock_key(name: str) -> int:
     """A stable signed 64-bit key for ``pg_advisory_lock``."""
@@ -183,8 +185,6 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
     if not got:
         with contextlib.suppress(Exception):
             connection.close()
-        from tuner.orchestrate.storage import note_retry
-
         note_retry(RuntimeError(f"phase lock {name} held elsewhere for {wait_s:g} s: going on without it"))
         yield PhaseLock(lost=True)
         return
@@ -197,8 +197,6 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
         except Exception:  # the connection died: the server dropped the lock at some point
             held.lost = True
         if held.lost:
-            from tuner.orchestrate.storage import note_retry
-
             note_retry(RuntimeError(f"phase lock {name} was lost while held"))
         with contextlib.suppress(Exception):
             connection.close()

@@ -128,6 +128,17 @@ def _label(device: str) -> str:
     return f"{device}@{socket.gethostname()}:{os.getpid()}"
 
 
+WORKER_INTERRUPTED = 130  # what ``tuner worker`` exits with when a signal stopped it cleanly
+
+
+def _exit_code(code: int, asked_to_stop: bool) -> int:
+    """A worker killed by the SIGTERM this pool forwarded was stopped, not crashed: it died of the
+    signal's default action, so it was still starting up (Python and tuner's imports, a second or
+    more on a busy machine), before ``tuner worker`` counts signals, and had touched nothing yet.
+    Ctrl-C in that moment gave "worker died of SIGTERM", exit 70 (CI, and 4 of 20 under load)."""
+    return WORKER_INTERRUPTED if asked_to_stop and code == -signal.SIGTERM else code
+
+
 class LocalPool:
     """Local ``tuner worker`` processes: ``start()`` them, then ``wait()`` for them.
 
@@ -173,6 +184,7 @@ class LocalPool:
         ``tick_errors`` and the workers go on. Only an error of the pool itself kills them.
         """
         forwarded = 0
+        asked: set[str] = set()  # the workers this pool sent a SIGTERM
         next_tick = 0.0
         try:
             while any(process.poll() is None for process in self.processes.values()):
@@ -181,14 +193,17 @@ class LocalPool:
                     next_tick = time.monotonic() + tick_s
                 while forwarded < min(self.signals.count, 2):
                     forwarded += 1
-                    for process in self.processes.values():
+                    for label, process in self.processes.items():
                         if process.poll() is None:
                             process.send_signal(signal.SIGTERM)
+                            asked.add(label)
                 time.sleep(0.05)  # notice the last worker's exit at once, not a tick later
         finally:
             self.stop()
         self._tick(tick)
-        return {label: process.returncode for label, process in self.processes.items()}
+        return {
+            label: _exit_code(process.returncode, label in asked) for label, process in self.processes.items()
+        }
 
     def _tick(self, tick: Callable[[], None]) -> None:
         try:

@@ -14,20 +14,19 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate import outage
 from tuner.orchestrate.locks import end_stalled_transactions
+from tuner.orchestrate.retry_log import note_retry
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
 STORAGE_ENV = "TUNER_STORAGE"
 OPEN_ATTEMPTS = 4
-RETRY_LOG_ENV = "TUNER_STORAGE_RETRY_LOG"  # a file each retried storage error is appended to
 
 
 def _transient(error: BaseException) -> bool:
@@ -229,33 +228,11 @@ def _creation_lock(url: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-@dataclass
-class RetryCounts:
-    """Storage errors ``with_retries`` absorbed in this process, by kind (tests read them)."""
-
-    total: int = 0
-    locked: int = 0  # SQLite's "database is locked": should never happen (WAL, busy timeout)
-
-
-retries = RetryCounts()
-
-
-def note_retry(error: BaseException) -> None:
-    """Count (and log to ``$TUNER_STORAGE_RETRY_LOG``) a storage error that will be retried."""
-    retries.total += 1
-    locked = "database is locked" in str(error)
-    retries.locked += locked
-    log = os.environ.get(RETRY_LOG_ENV)
-    if log:
-        with contextlib.suppress(OSError), open(log, "a") as handle:
-            handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
-
-
 def with_retries(
     call: Any, *args: Any, attempts: int | None = None, first_wait_s: float = 0.25, **kwargs: Any
 ) -> Any:
     """Run a storage call, retrying transient errors; each retry is counted in ``retries`` (and
-    logged to ``$TUNER_STORAGE_RETRY_LOG``): an error swallowed here must still be visible to a
+    logged to ``$TUNER_STORAGE_RETRY_LOG``, ``retry_log``): an error swallowed here must still be visible to a
     test that says it never happens.
 
     An unreachable server (refused or dropped connections: a restart, a failover) is waited out

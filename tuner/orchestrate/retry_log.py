@@ -1,0 +1,37 @@
+"""Storage errors that were absorbed (retried, or a lock given up) rather than raised.
+
+An error swallowed by a retry must still be visible to a test that says it never happens: each
+one is counted here, in this process, and appended to ``$TUNER_STORAGE_RETRY_LOG`` when set.
+A module of its own, below ``storage`` and ``locks``, so both can note one without importing
+each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+RETRY_LOG_ENV = "TUNER_STORAGE_RETRY_LOG"  # a file each retried storage error is appended to
+
+
+@dataclass
+class RetryCounts:
+    """Storage errors ``with_retries`` absorbed in this process, by kind (tests read them)."""
+
+    total: int = 0
+    locked: int = 0  # SQLite's "database is locked": should never happen (WAL, busy timeout)
+
+
+retries = RetryCounts()
+
+
+def note_retry(error: BaseException) -> None:
+    """Count (and log to ``$TUNER_STORAGE_RETRY_LOG``) a storage error that will be retried."""
+    retries.total += 1
+    locked = "database is locked" in str(error)
+    retries.locked += locked
+    log = os.environ.get(RETRY_LOG_ENV)
+    if log:
+        with contextlib.suppress(OSError), open(log, "a") as handle:
+            handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
