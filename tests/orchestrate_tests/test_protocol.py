@@ -221,8 +221,8 @@ def test_a_lock_held_by_a_frozen_worker_is_waited_for_a_bounded_time_then_claims
 
     from tuner.orchestrate.locks import LOCK_WAIT_ENV
 
-    monkeypatch.setenv(LOCK_WAIT_ENV, "0.5")
-    storage = open_storage(postgres_url)
+    storage = open_storage(postgres_url)  # the holder's sessions end after the default 30 s idle
+    monkeypatch.setenv(LOCK_WAIT_ENV, "0.5")  # the claimer's patience (and its own sessions')
     settings = PhaseSettings.build(4, max_failed=5)
     study = start_phase(storage, unique_name, "round-1", settings, direction="minimize")
     try:
