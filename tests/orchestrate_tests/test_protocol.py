@@ -239,18 +239,6 @@ def test_a_lock_held_by_a_frozen_worker_is_waited_for_a_bounded_time_then_claims
         optuna.delete_study(study_name=study.study_name, storage=storage)
 
 
-@pytest.mark.parametrize("raw", ["abc", "-1", "nan"])
-def test_a_lock_wait_that_is_not_seconds_is_one_line(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.orchestrate.locks import LOCK_WAIT_ENV, lock_wait_s
-
-    monkeypatch.setenv(LOCK_WAIT_ENV, raw)
-    with pytest.raises(UsageError) as caught:
-        lock_wait_s()
-    assert str(caught.value) == (f"${LOCK_WAIT_ENV}={raw!r}: expected a number of seconds >= 0 (default 30)")
-    monkeypatch.setenv(LOCK_WAIT_ENV, " 2.5 ")
-    assert lock_wait_s() == 2.5
-
-
 def test_trial_ids_come_from_public_api(tmp_path: Path) -> None:
     storage, study, settings = _phase(tmp_path)
     claimed = Claimer(storage, study, _slot).claim(settings)

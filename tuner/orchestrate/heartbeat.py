@@ -29,7 +29,7 @@ the child and records nothing: the retry owns the slot now.
 
 from __future__ import annotations
 
-import os
+import math
 import random
 import threading
 import time
@@ -97,10 +97,14 @@ def heartbeat_settings() -> tuple[int, int]:
     """(interval, grace) in seconds.
 
     ``$TUNER_HEARTBEAT_S`` scales both (tests, impatient users); ``$TUNER_HEARTBEAT_GRACE_S``
-    sets the grace alone (at least two intervals).
+    sets the grace alone (at least two intervals). Whole seconds (Optuna's heartbeat takes
+    them), rounded up; a value that is not seconds is one line, exit 2 (was a ``ValueError``
+    out of the worker: exit 70, "internal error", for a typo in a deployment).
     """
-    interval = max(1, int(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
-    grace = int(os.environ.get(GRACE_ENV) or interval * GRACE_HEARTBEATS)
+    from tuner.orchestrate.env_settings import seconds_setting
+
+    interval = max(1, math.ceil(seconds_setting(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
+    grace = math.ceil(seconds_setting(GRACE_ENV, interval * GRACE_HEARTBEATS))
     return interval, max(grace, 2 * interval)
 
 

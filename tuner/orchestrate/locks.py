@@ -2,13 +2,13 @@
 
 Counting and claiming must be one step, or two workers that both see "one failure left" each
 start a trial and the failure budget is overshot. On SQLite every worker is on this machine, so
-a file lock next to the database is enough; on PostgreSQL a session advisory lock makes the same
-hold across machines. The lock is held for milliseconds, never while a trial trains.
+a file lock next to the database is enough; on PostgreSQL an advisory lock makes the same hold
+across machines. The lock is held for milliseconds, never while a trial trains.
 
-A PostgreSQL session lock dies with its connection, silently: a server restart, a failover or an
+A PostgreSQL advisory lock dies with its connection, silently: a server restart, a failover or an
 administrator's ``pg_terminate_backend`` can end it while its holder is still inside the critical
 section, and another worker then enters too. The holder cannot prevent that, but it can notice:
-at the end, the unlock must succeed on the same connection and say it released a lock. If not,
+at the end, the commit that releases it must succeed on the same connection. If not,
 ``PhaseLock.lost`` is true and the caller reconciles what it wrote (see ``claim.yield_duplicates``).
 
 A holder can also stop without letting go: a worker frozen (SIGSTOP, a VM paused, a machine hung
@@ -44,7 +44,7 @@ from tuner.orchestrate.retry_log import note_retry
 
 
 def _lock_key(name: str) -> int:
-    """A stable signed 64-bit key for ``pg_advisory_lock``."""
+    """A stable signed 64-bit key for ``pg_advisory_xact_lock``."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
