@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,13 +72,7 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
         )
     finally:
         os.killpg(frozen.pid, signal.SIGCONT)
-    for process in (frozen, other):
-        output, _ = finish(
-            process, lambda: len(load_phase(postgres_url, unique_name).trials), what="a worker"
-        )
-        assert process.returncode == 0 and "Traceback" not in output, output
-    trials = load_phase(postgres_url, unique_name).trials
-    _assert_each_slot_done_once(trials, 3)
+    trials = _all_end_cleanly((frozen, other), postgres_url, unique_name, slots=3)
     before, retry = trials[number], trials[retried[0].number]
     assert before.state.name == "FAIL" and before.user_attrs["failure_reason"] == "killed"
     assert "worker_rss_mb" not in before.user_attrs  # the thawed owner recorded nothing more
@@ -153,15 +148,21 @@ def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lo
     with pytest.raises(Exception, match="idle-in-transaction timeout"):
         writing.execute(text("SELECT 1"))  # and the stalled write's
     writing.invalidate()
-    for process in (frozen, other):
-        output, _ = finish(
-            process, lambda: len(load_phase(postgres_url, unique_name).trials), what="a worker"
-        )
-        assert process.returncode == 0 and "Traceback" not in output, output
-    trials = load_phase(postgres_url, unique_name).trials
-    _assert_each_slot_done_once(trials, 3)
+    trials = _all_end_cleanly((frozen, other), postgres_url, unique_name, slots=3)
     assert "half" not in trials[number].user_attrs  # the stalled write was rolled back
     assert trials[number].user_attrs["failure_reason"] == "killed"
+
+
+def _all_end_cleanly(
+    processes: tuple[subprocess.Popen[str], ...], postgres_url: str, name: str, *, slots: int
+) -> list[Any]:
+    """Each worker ends with exit 0 and no traceback; each of ``slots`` is done once: the trials."""
+    for process in processes:
+        output, _ = finish(process, lambda: len(load_phase(postgres_url, name).trials), what="a worker")
+        assert process.returncode == 0 and "Traceback" not in output, output
+    trials = load_phase(postgres_url, name).trials
+    _assert_each_slot_done_once(trials, slots)
+    return trials
 
 
 @pytest.mark.parametrize("through", ["postgresql", "grpc"])
