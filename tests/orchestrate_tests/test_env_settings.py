@@ -52,3 +52,42 @@ def test_a_heartbeat_setting_that_is_not_seconds_ends_a_worker_with_one_line(
     assert done.stderr.strip().splitlines() == [
         f"error: ${name}='5s': expected a number of seconds >= 0 (default {default})"
     ]
+
+
+WORKER_SETTINGS = [
+    "TUNER_HEARTBEAT_S",
+    "TUNER_HEARTBEAT_GRACE_S",
+    "TUNER_STORAGE_OUTAGE_S",
+    "TUNER_PHASE_LOCK_WAIT_S",
+]
+
+
+@pytest.mark.parametrize("name", WORKER_SETTINGS)
+def test_run_round_refuses_a_bad_worker_setting_before_it_creates_or_starts_anything(
+    tmp_path: Path, output_dir: Path, name: str
+) -> None:
+    """run-round created the phase and started its workers, which exited 2 on a bad heartbeat
+    setting; a setting they read only on PostgreSQL or in an outage (the lock wait, the outage
+    window) went unnoticed on SQLite until the day it mattered."""
+    study = toy_study(tmp_path)
+    args = ("run-round", str(study), "--round", "1", "--output-dir", str(output_dir))
+    done = run_tuner(*args, env=tuner_env(**{name: "5s"}))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: ${name}='5s': expected a number of seconds >= 0"), line
+    assert not (output_dir / "toy").exists()  # no phase, no worker log: nothing to clean up
+
+
+@pytest.mark.parametrize("name", ["TUNER_STORAGE_OUTAGE_S", "TUNER_PHASE_LOCK_WAIT_S"])
+def test_a_worker_on_sqlite_refuses_a_bad_setting_it_would_read_only_later(tmp_path: Path, name: str) -> None:
+    """On SQLite the lock wait is never read and the outage window only in an outage: a typo
+    there stayed silent until the day it mattered."""
+    study = toy_study(tmp_path)
+    done = run_tuner(
+        "worker", str(study), "--phase", "round-1", "--storage", f"sqlite:///{tmp_path}/none.db",
+        env=tuner_env(**{name: "5s"}),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: ${name}='5s': expected a number of seconds >= 0"), line
+    assert not (tmp_path / "none.db").exists()

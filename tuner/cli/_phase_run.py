@@ -117,7 +117,7 @@ def run_phase(
     from tuner.cli._phase_outcome import environment_errors, report_workers, summarize
     from tuner.cli._phase_view import PhaseView, now
     from tuner.orchestrate import LocalPool, local_workers
-    from tuner.orchestrate.pool import check_devices
+    from tuner.orchestrate.pool import check_devices, check_worker_settings
     from tuner.orchestrate.progress import PhaseWatcher
     from tuner.playbook.phases import create_phase, prepare_phase, round_number
     from tuner.spec import load_study
@@ -125,6 +125,7 @@ def run_phase(
 
     loaded = load_study(request.path, request.set_)
     check_study(loaded)
+    check_worker_settings()  # a typo in $TUNER_HEARTBEAT_S is one line here, not N failed workers
     spec = loaded.spec
     started = prepare_phase(
         loaded,

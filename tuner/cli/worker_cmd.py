@@ -119,6 +119,9 @@ def worker(
 
     loaded = load_study(path, set_)
     check_study(loaded)
+    from tuner.orchestrate.pool import check_worker_settings
+
+    check_worker_settings()  # before any connection: a typo in a deployment shows at once
     from tuner.cli._phase_view import trial_line
     from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
     from tuner.orchestrate.trial_process import warm_up

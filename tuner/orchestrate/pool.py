@@ -71,6 +71,22 @@ def check_devices(devices: Sequence[str], option: str = "--devices") -> None:
     raise UsageError(f"{given}: {why}; for CPU workers use --workers N")
 
 
+def check_worker_settings() -> None:
+    """Read here every environment setting a ``tuner worker`` reads ($TUNER_HEARTBEAT_S,
+    $TUNER_HEARTBEAT_GRACE_S, $TUNER_STORAGE_OUTAGE_S, $TUNER_PHASE_LOCK_WAIT_S; the workers
+    inherit this environment), so that a bad one is refused before anything is created or
+    started: one line naming it, exit 2. Otherwise the phase was created and every worker
+    started only to exit 2, and a setting read only on PostgreSQL or during an outage (the lock
+    wait, the outage window) went unnoticed on SQLite until the day it mattered."""
+    from tuner.orchestrate.heartbeat import heartbeat_settings
+    from tuner.orchestrate.locks import lock_wait_s
+    from tuner.orchestrate.outage import outage_window_s
+
+    heartbeat_settings()
+    outage_window_s()
+    lock_wait_s()
+
+
 def local_workers(
     *,
     workers: int | None,
