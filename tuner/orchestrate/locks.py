@@ -192,7 +192,7 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
         yield held
     finally:
         try:  # the lock ends with the transaction; a session ended meanwhile fails the commit
-            connection.execute(text("SELECT 1"))
+            # (psycopg raises AdminShutdown or IdleInTransactionSessionTimeout there: no probe first)
             connection.commit()
         except Exception:  # the connection died: the server dropped the lock at some point
             held.lost = True

@@ -232,8 +232,8 @@ def with_retries(
     call: Any, *args: Any, attempts: int | None = None, first_wait_s: float = 0.25, **kwargs: Any
 ) -> Any:
     """Run a storage call, retrying transient errors; each retry is counted in ``retries`` (and
-    logged to ``$TUNER_STORAGE_RETRY_LOG``, ``retry_log``): an error swallowed here must still be visible to a
-    test that says it never happens.
+    logged to ``$TUNER_STORAGE_RETRY_LOG``, ``retry_log``): an error swallowed here must still be
+    visible to a test that says it never happens.
 
     An unreachable server (refused or dropped connections: a restart, a failover) is waited out
     (``outage.py``): tried again, waits doubling from ``first_wait_s`` up to 5 s, until it answers
