@@ -83,6 +83,7 @@ class FleetRun:
     worker_rss_mb: float
     idle_worker_rss_mb: float
     duplicates: int = 0  # trials that lost a race for their slot (no lock: the gRPC proxy)
+    refused_samples: int = 0  # connection samples refused: the server at max_connections
 
 
 class _PostgresWatch:
@@ -93,6 +94,7 @@ class _PostgresWatch:
 
         self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
         self.peak = 0
+        self.refused = 0  # samples the server refused: it was at max_connections
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -108,11 +110,21 @@ class _PostgresWatch:
         return self._query("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
 
     def _sample(self) -> None:
+        import sqlalchemy
+
         while not self._stop.wait(0.2):
-            count = self._query(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND pid <> pg_backend_pid()"
-            )
+            try:
+                count = self._query(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()"
+                )
+            except sqlalchemy.exc.OperationalError as error:
+                # "too many clients already" at W = 64: the server is full, which is the figure;
+                # the workers hit the same wall (and wait it out as an outage)
+                if "too many clients" not in str(error):
+                    raise
+                self.refused += 1
+                continue
             self.peak = max(self.peak, count)
 
     def __enter__(self) -> _PostgresWatch:
@@ -252,6 +264,7 @@ def _measure(
         turnaround_p99_s=_quantile(turnaround, 0.99),
         transactions_per_trial=transactions,
         peak_connections=watch.peak if watch else None,
+        refused_samples=watch.refused if watch else 0,
         worker_rss_mb=statistics.median(t.user_attrs["worker_rss_mb"] for t in done_trials),
         idle_worker_rss_mb=idle_rss,
         duplicates=duplicates,
@@ -327,6 +340,7 @@ def _results(run: FleetRun) -> list[Result]:
         results += [
             Result(NAME, f"storage transactions/trial, {tag}", run.transactions_per_trial, "{:.0f}"),
             Result(NAME, f"connections at peak, {tag}", run.peak_connections, "{:.0f}"),
+            Result(NAME, f"samples refused at max_connections, {tag}", run.refused_samples, "{:.0f}"),
         ]
     if run.storage == "grpc":
         results.append(Result(NAME, f"duplicate trials yielded, {tag}", run.duplicates, "{:.0f}"))
