@@ -20,6 +20,7 @@ from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
 
 DIE_WITH_PARENT_ENV = "TUNER_DIE_WITH_PARENT"  # the parent's pid: a worker started by run-round
+MAX_TICK_ERRORS = 10
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,8 @@ class LocalPool:
         try:
             tick()
         except Exception as error:  # a display must never take the work down
-            self.tick_errors.append(error)
+            if len(self.tick_errors) < MAX_TICK_ERRORS:  # one a second for hours: keep the first
+                self.tick_errors.append(error)
 
     def stop(self) -> None:
         """Kill whatever still runs (only when we ourselves are dying of an error)."""

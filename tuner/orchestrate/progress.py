@@ -1,8 +1,10 @@
 """A phase seen from outside: counts, best so far, what each local worker is doing.
 
 Read only from the storage and the workers' status files, so the view is the same whichever
-process (or machine) ran the trials. A display must never take the work down: ``refresh``
-never raises; when the storage cannot be read it hands back the last view, marked stale.
+process (or machine) ran the trials. A display must never take the work down: when the storage
+cannot be read, ``refresh`` hands back the last view, marked stale ("storage unreachable since").
+Any other error is a bug of the view, not an outage: it propagates, and the pool, which never
+lets a display stop its workers, reports it as such (``LocalPool.tick_errors``).
 """
 
 from __future__ import annotations
@@ -69,15 +71,20 @@ class PhaseWatcher:
         return snapshot
 
     def refresh(self) -> PhaseSnapshot | None:
-        """Like ``snapshot`` but never raises: on an error, the last view with ``stale_since`` set
-        (None if there never was one). Retries briefly: the next refresh is a tick away."""
+        """Like ``snapshot``, but on a storage error the last view with ``stale_since`` set (None
+        if there never was one). Retries briefly: the next refresh is a tick away. Another error
+        propagates: calling it "storage unreachable" would hide a bug behind an outage."""
 
         def briefly(call: Any, *args: Any) -> Any:
             return with_retries(call, *args, attempts=REFRESH_ATTEMPTS, first_wait_s=0.25)
 
         try:
             snapshot = self._read(briefly)
-        except Exception:  # whatever it is, the workers must go on
+        except Exception as error:
+            from tuner.orchestrate.outage import is_storage_error
+
+            if not is_storage_error(error):
+                raise
             if self.unreachable_since is None:
                 self.unreachable_since = time.time()
             if self._last is None:
