@@ -1,9 +1,9 @@
 """The recipes under ``examples/`` that users copy: shellcheck-clean scripts, YAML that parses,
-and ``tuner`` commands that the CLI accepts; the Slurm script serves a real phase to its end."""
+and ``tuner`` commands that the CLI accepts (the Slurm script under a real Slurm:
+``test_slurm_example.py``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,9 +13,7 @@ import pytest
 import yaml
 
 from tests._processes import run
-from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
-from tuner.playbook import start_round
-from tuner.spec import load_study
+from tests.orchestrate_tests.conftest import toy_study, tuner_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in {".sh", ".sbatch"})
@@ -67,23 +65,8 @@ def test_the_kubernetes_workers_command_is_one_tuner_accepts(tmp_path: Path) -> 
     assert "no study storage" in done.stderr and "No such option" not in done.stderr
 
 
-def test_the_slurm_script_serves_a_started_phase_to_its_end(tmp_path: Path) -> None:
-    study = toy_study(tmp_path, round1={"trials": 2, "steps": 10})
-    output_dir = tmp_path / "runs"
-    start_round(load_study(study), "round-1", output_dir)
-    env = tuner_env(
-        TUNER_STORAGE=sqlite_url(output_dir),
-        SLURM_ARRAY_JOB_ID="77",
-        SLURM_ARRAY_TASK_ID="3",
-        SLURM_CPUS_PER_TASK="1",
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    script = EXAMPLES / "slurm" / "workers.sbatch"
-    done = run(["bash", str(script), str(study), "round-1", str(output_dir)], env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    trials = load_phase(sqlite_url(output_dir), "toy").trials
-    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
-    assert {t.user_attrs["worker"] for t in trials} == {"slurm-77-3"}
-
-    usage = run(["bash", str(script)], env=env)  # no arguments: the usage, not a stack of errors
+def test_the_slurm_script_without_its_arguments_says_how_to_submit_it(tmp_path: Path) -> None:
+    """Its run under a real Slurm is ``tests/test_slurm_example.py``."""
+    env = tuner_env(TUNER_STORAGE=f"sqlite:///{tmp_path}/study.db")
+    usage = run(["bash", str(EXAMPLES / "slurm" / "workers.sbatch")], env=env)
     assert usage.returncode != 0 and "usage: sbatch --array=0-N workers.sbatch" in usage.stderr
