@@ -54,9 +54,15 @@ def _job_command() -> list[str]:
 def test_the_kubernetes_workers_command_is_one_tuner_accepts(tmp_path: Path) -> None:
     command = _job_command()
     assert command[:2] == ["tuner", "worker"]
+    assert command[command.index("--wait-for-phase") + 1] == "600"  # here: 0, not 10 minutes
     study = toy_study(tmp_path)
     args = [
-        {"/study/study.yaml": str(study), "/runs": str(tmp_path / "runs"), "$(POD_NAME)": "pod-0"}.get(a, a)
+        {
+            "/study/study.yaml": str(study),
+            "/runs": str(tmp_path / "runs"),
+            "$(POD_NAME)": "pod-0",
+            "600": "0",
+        }.get(a, a)
         for a in command[2:]
     ]
     done = run([sys.executable, "-m", "tuner", "worker", *args], env=tuner_env())

@@ -100,10 +100,11 @@ def slurm(tmp_path: Path) -> Iterator[dict[str, str]]:
             subprocess.run(["pkill", "-x", "munged"], check=False)
 
 
-def test_the_slurm_job_array_serves_a_phase_to_its_end(tmp_path: Path, slurm: dict[str, str]) -> None:
+def test_a_slurm_job_array_submitted_before_its_phase_serves_it_to_its_end(
+    tmp_path: Path, slurm: dict[str, str]
+) -> None:
     study = toy_study(tmp_path, round1={"trials": 4, "steps": 10})
     output_dir = tmp_path / "runs"
-    start_round(load_study(study), "round-1", output_dir)
     env = {
         **slurm,
         **tuner_env(TUNER_STORAGE=sqlite_url(output_dir)),
@@ -121,6 +122,9 @@ def test_the_slurm_job_array_serves_a_phase_to_its_end(tmp_path: Path, slurm: di
     done = run(submit, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     job = done.stdout.strip().split(";")[0]
+    # the phase is started after the array was submitted, as a job beside it would
+    # (the workers wait for it: --wait-for-phase)
+    start_round(load_study(study), "round-1", output_dir)
 
     def finished() -> bool:  # polled here: `sbatch --wait` polls every 30 s once a job runs long
         queued = subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True)

@@ -147,3 +147,42 @@ def test_a_worker_with_a_different_study_file_may_not_join(tmp_path: Path, outpu
     assert f"differs from the study file that created toy/round-1: {fields}; use the same file" in line
     again = single_error(_run_round(changed, output_dir))
     assert f"differs from the study file that created toy/round-1: {fields}" in again
+
+
+def test_a_worker_told_to_wait_serves_a_phase_started_after_it(tmp_path: Path, output_dir: Path) -> None:
+    """A cluster submits the worker array with the job that starts the phase: whichever runs
+    first, the workers serve it (``--wait-for-phase``); without the option they are refused."""
+    from tests._processes import finish
+    from tests.orchestrate_tests.conftest import load_phase, sqlite_url, start_tuner
+
+    study = toy_study(tmp_path, round1={"trials": 2, "steps": 10})
+    worker = start_tuner(
+        "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--wait-for-phase", "300"
+    )
+
+    # its first line says it waits (stdout and stderr merged): it is up before the phase exists
+    assert worker.stdout is not None
+    assert "waiting up to 300 s for phase round-1 to be started" in worker.stdout.readline()
+    assert worker.poll() is None and not output_dir.exists()
+    start_round(load_study(study), "round-1", output_dir)
+
+    def trials_done() -> int:
+        return sum(t.state.is_finished() for t in load_phase(sqlite_url(output_dir), "toy").trials)
+
+    output, _ = finish(worker, trials_done, what="the worker")
+    assert worker.returncode == 0, output
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_worker_waits_no_longer_than_it_was_told(tmp_path: Path, output_dir: Path) -> None:
+    study = toy_study(tmp_path)
+    args = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
+    waited = invoke(*args, "--wait-for-phase", "0.3")
+    assert waited.exit_code == 2 and "Traceback" not in waited.output
+    assert waited.stderr.splitlines() == [
+        "waiting up to 0.3 s for phase round-1 to be started",
+        f"error: no study storage at {output_dir / 'toy' / 'study.db'}: start the phase first (tuner "
+        "run-round), or give the --output-dir or --storage it was started with",
+    ]
+    assert invoke(*args, "--wait-for-phase", "-1").exit_code == 2

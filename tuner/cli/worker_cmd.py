@@ -40,11 +40,21 @@ def _stop_if_signalled(signals: SignalFlag) -> None:
         raise KeyboardInterrupt
 
 
-def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -> Any:
-    """The phase; a worker started by ``run-round`` may be up before the phase is created."""
+def _phase_wait_s(asked: float | None) -> float:
+    """How long to wait for a phase (and its SQLite file) that does not exist yet: ``--wait-for-phase``
+    (a cluster's worker array submitted with the job that starts the phase), else ``PHASE_WAIT_S``
+    for a worker ``run-round`` started (it may be up before the phase is created), else 0: a
+    wrong path or study name is said at once."""
+    if asked is not None:
+        return asked
+    return PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0.0
+
+
+def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag, wait_s: float) -> Any:
+    """The phase, once someone has started it (within ``wait_s``)."""
     from tuner.orchestrate.phase import open_phase
 
-    deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)
+    deadline = time.monotonic() + wait_s
     while True:
         try:
             return open_phase(storage, study, phase)
@@ -55,7 +65,7 @@ def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag) -
             signals.sleep(0.2)
 
 
-def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
+def _wait_for_sqlite_file(url: str, signals: SignalFlag, wait_s: float) -> None:
     """A worker never creates a storage: an SQLite file that does not exist is a wrong path
     (another --output-dir, a study file with another name), or, for a worker that ``run-round``
     started, one the command is about to create."""
@@ -65,7 +75,7 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag) -> None:
     path = sqlite_file(url)
     if path is None:
         return
-    deadline = time.monotonic() + (PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0)
+    deadline = time.monotonic() + wait_s
     while not path.exists():
         if time.monotonic() >= deadline:
             raise UsageError(
@@ -95,6 +105,13 @@ def worker(
         None, "--label", metavar="NAME", help="Name shown in progress (default host:pid)."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No line per finished trial."),
+    wait_for_phase: float | None = typer.Option(
+        None,
+        "--wait-for-phase",
+        metavar="SECONDS",
+        min=0,
+        help="Wait this long for the phase to be started (default: fail at once).",
+    ),
 ) -> None:
     """Serve a phase until its budget is met; any number of workers, on any machine, may join."""
     from tuner.orchestrate.trial_process import die_with_parent
@@ -132,9 +149,12 @@ def worker(
     spec = loaded.spec
     check_phase_input(loaded, phase)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    _wait_for_sqlite_file(url, signals)
+    wait_s = _phase_wait_s(wait_for_phase)
+    if wait_s and not os.environ.get(DIE_WITH_PARENT_ENV):
+        err.print(f"waiting up to {wait_s:g} s for phase {escape(phase)} to be started")
+    _wait_for_sqlite_file(url, signals, wait_s)
     opened = open_worker_storage(url)
-    opened_phase = _wait_for_phase(opened, spec.name, phase, signals)
+    opened_phase = _wait_for_phase(opened, spec.name, phase, signals, wait_s)
     # the phase's plan, not this file, says what its trials train; the file must still match it
     stored = load_stored_plan(opened_phase)
     check_against_plan(loaded, stored, opened_phase.study_name)
