@@ -50,22 +50,36 @@ def _phase_wait_s(asked: float | None) -> float:
     return PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0.0
 
 
-def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag, wait_s: float) -> Any:
-    """The phase, once someone has started it (within ``wait_s``)."""
+class _Waiting:
+    """Says once, when a wait begins, how long it may last (a worker run-round started waits
+    unannounced: its phase is seconds away)."""
+
+    def __init__(self, phase: str, wait_s: float) -> None:
+        self.phase, self.wait_s, self.said = phase, wait_s, bool(os.environ.get(DIE_WITH_PARENT_ENV))
+
+    def begins(self) -> None:
+        if not self.said and self.wait_s:
+            err.print(f"waiting up to {self.wait_s:g} s for phase {escape(self.phase)} to be started")
+        self.said = True
+
+
+def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag, waiting: _Waiting) -> Any:
+    """The phase, once someone has started it (within ``waiting.wait_s``)."""
     from tuner.orchestrate.phase import open_phase
 
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + waiting.wait_s
     while True:
         try:
             return open_phase(storage, study, phase)
         except UsageError:
+            waiting.begins()
             if time.monotonic() >= deadline:
                 raise
             _stop_if_signalled(signals)
             signals.sleep(0.2)
 
 
-def _wait_for_sqlite_file(url: str, signals: SignalFlag, wait_s: float) -> None:
+def _wait_for_sqlite_file(url: str, signals: SignalFlag, waiting: _Waiting) -> None:
     """A worker never creates a storage: an SQLite file that does not exist is a wrong path
     (another --output-dir, a study file with another name), or, for a worker that ``run-round``
     started, one the command is about to create."""
@@ -75,8 +89,9 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag, wait_s: float) -> None:
     path = sqlite_file(url)
     if path is None:
         return
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + waiting.wait_s
     while not path.exists():
+        waiting.begins()
         if time.monotonic() >= deadline:
             raise UsageError(
                 f"no study storage at {shown_path(path)}: start the phase first (tuner run-round), "
@@ -149,12 +164,10 @@ def worker(
     spec = loaded.spec
     check_phase_input(loaded, phase)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    wait_s = _phase_wait_s(wait_for_phase)
-    if wait_s and not os.environ.get(DIE_WITH_PARENT_ENV):
-        err.print(f"waiting up to {wait_s:g} s for phase {escape(phase)} to be started")
-    _wait_for_sqlite_file(url, signals, wait_s)
+    waiting = _Waiting(phase, _phase_wait_s(wait_for_phase))
+    _wait_for_sqlite_file(url, signals, waiting)
     opened = open_worker_storage(url)
-    opened_phase = _wait_for_phase(opened, spec.name, phase, signals, wait_s)
+    opened_phase = _wait_for_phase(opened, spec.name, phase, signals, waiting)
     # the phase's plan, not this file, says what its trials train; the file must still match it
     stored = load_stored_plan(opened_phase)
     check_against_plan(loaded, stored, opened_phase.study_name)
