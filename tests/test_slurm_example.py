@@ -84,7 +84,7 @@ def slurm(tmp_path: Path) -> Iterator[dict[str, str]]:
             state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
             return state.stdout.strip() == "idle"
 
-        wait_for(node_idle, 60, "the Slurm node to come up idle")
+        wait_for(node_idle, what="the Slurm node to come up idle")  # patience: a busy machine
         yield env
     finally:
         subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, check=False)
