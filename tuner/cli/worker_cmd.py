@@ -40,40 +40,39 @@ def _stop_if_signalled(signals: SignalFlag) -> None:
         raise KeyboardInterrupt
 
 
-def _phase_wait_s(asked: float | None) -> float:
-    """How long to wait for a phase (and its SQLite file) that does not exist yet: ``--wait-for-phase``
-    (a cluster's worker array submitted with the job that starts the phase), else ``PHASE_WAIT_S``
-    for a worker ``run-round`` started (it may be up before the phase is created), else 0: a
-    wrong path or study name is said at once."""
-    if asked is not None:
-        return asked
-    return PHASE_WAIT_S if os.environ.get(DIE_WITH_PARENT_ENV) else 0.0
-
-
 class _Waiting:
-    """Says once, when a wait begins, how long it may last (a worker run-round started waits
-    unannounced: its phase is seconds away)."""
+    """One wait for a phase that does not exist yet (its SQLite file, then the phase in it), with
+    one deadline for both, so "up to N s" is what it lasts. How long: ``--wait-for-phase`` (a
+    cluster's worker array submitted with the job that starts the phase), else ``PHASE_WAIT_S``
+    for a worker ``run-round`` started (it may be up before the phase is created; it waits
+    unannounced, its phase is seconds away), else 0: a wrong path or study name is said at once.
+    Says once, when the wait begins, how long it may last."""
 
-    def __init__(self, phase: str, wait_s: float) -> None:
-        self.phase, self.wait_s, self.said = phase, wait_s, bool(os.environ.get(DIE_WITH_PARENT_ENV))
+    def __init__(self, phase: str, asked: float | None) -> None:
+        by_run_round = bool(os.environ.get(DIE_WITH_PARENT_ENV))
+        self.phase, self.said = phase, by_run_round
+        self.wait_s = asked if asked is not None else PHASE_WAIT_S if by_run_round else 0.0
+        self.deadline = time.monotonic() + self.wait_s
 
     def begins(self) -> None:
         if not self.said and self.wait_s:
             err.print(f"waiting up to {self.wait_s:g} s for phase {escape(self.phase)} to be started")
         self.said = True
 
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
 
 def _wait_for_phase(storage: Any, study: str, phase: str, signals: SignalFlag, waiting: _Waiting) -> Any:
-    """The phase, once someone has started it (within ``waiting.wait_s``)."""
+    """The phase, once someone has started it (before ``waiting`` is over)."""
     from tuner.orchestrate.phase import open_phase
 
-    deadline = time.monotonic() + waiting.wait_s
     while True:
         try:
             return open_phase(storage, study, phase)
         except UsageError:
             waiting.begins()
-            if time.monotonic() >= deadline:
+            if waiting.over():
                 raise
             _stop_if_signalled(signals)
             signals.sleep(0.2)
@@ -89,10 +88,9 @@ def _wait_for_sqlite_file(url: str, signals: SignalFlag, waiting: _Waiting) -> N
     path = sqlite_file(url)
     if path is None:
         return
-    deadline = time.monotonic() + waiting.wait_s
     while not path.exists():
         waiting.begins()
-        if time.monotonic() >= deadline:
+        if waiting.over():
             raise UsageError(
                 f"no study storage at {shown_path(path)}: start the phase first (tuner run-round), "
                 "or give the --output-dir or --storage it was started with"
@@ -164,7 +162,7 @@ def worker(
     spec = loaded.spec
     check_phase_input(loaded, phase)
     url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    waiting = _Waiting(phase, _phase_wait_s(wait_for_phase))
+    waiting = _Waiting(phase, wait_for_phase)
     _wait_for_sqlite_file(url, signals, waiting)
     opened = open_worker_storage(url)
     opened_phase = _wait_for_phase(opened, spec.name, phase, signals, waiting)
