@@ -13,6 +13,8 @@ from collections.abc import Iterator
 PR_SET_PDEATHSIG = 1
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# the pid a worker must die with (run-round, or the zygote that forked it for run-round)
+DIE_WITH_PARENT_ENV = "TUNER_DIE_WITH_PARENT"
 
 
 def die_with_parent(sig: int = signal.SIGKILL, parent_pid: int | None = None) -> None:

@@ -25,6 +25,7 @@ def test_two_commands_on_one_study_label_their_workers_apart(tmp_path: Path) -> 
     assert labels[0] != labels[1]
     assert all(re.fullmatch(r"cpu0@.+:\d+", label) for label in labels), labels
     logs = sorted(p.name for p in (output_dir / "toy" / "round-1" / ".workers").glob("*.log"))
-    assert logs == sorted(f"{label}.log" for label in labels)
+    zygotes = [label.replace("cpu0@", "warm-start@") for label in labels]  # what each forked its worker from
+    assert logs == sorted(f"{label}.log" for label in labels + zygotes)
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     assert {t.user_attrs["worker"] for t in trials} <= set(labels)

@@ -80,6 +80,9 @@ def test_the_loser_of_the_race_with_other_inputs_refuses_and_names_them(tmp_path
     assert sorted(c or 0 for c in codes) == [0, 2], outputs
     refused = outputs[codes.index(2)]
     assert "rounds.round2.top_k" in refused, refused
+    # the loser removed its own logs, not the winner's folder (its trials and worker logs)
+    folder = tmp_path / "runs" / "toy" / "round-2"
+    assert list(folder.glob("trial-*")) and list((folder / ".workers").glob("cpu*.log"))
     stored = load_plan(load_phase(url, "toy", "round-2").user_attrs)
     assert stored is not None  # the winner's plan, whole: 1 point for top_k 1, 2 for top_k 2
     assert len(stored.slots) == (2 if codes[0] == 2 else 1)

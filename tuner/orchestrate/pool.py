@@ -11,15 +11,17 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner._lifetime import DIE_WITH_PARENT_ENV
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
+from tuner.orchestrate.warm_start import WarmProcess, WarmStarter
 
-DIE_WITH_PARENT_ENV = "TUNER_DIE_WITH_PARENT"  # the parent's pid: a worker started by run-round
 MAX_TICK_ERRORS = 10
 
 
@@ -174,25 +176,44 @@ class LocalPool:
         *,
         env: dict[str, str],
         log_dir: Path,
+        preload: Sequence[str] = (),
     ) -> None:
+        """``preload``: modules to import once, in a zygote the workers are forked from
+        (``warm_start``), instead of in each worker (commands of the form ``python -m ...``).
+        CPU workers only (``CUDA_VISIBLE_DEVICES`` empty): CUDA reads that variable once per
+        process, so a device query during the zygote's imports would give every forked worker
+        every GPU; GPU workers start afresh."""
         self.command_for, self.workers, self.env, self.log_dir = command_for, workers, env, log_dir
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.preload = preload
+        self.processes: dict[str, subprocess.Popen[bytes] | WarmProcess] = {}
         self.signals = SignalFlag()
         self.tick_errors: list[Exception] = []  # what ``tick`` raised: reported, never fatal
+        self.starter: WarmStarter | None = None
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.signals.__enter__()
+        parent = {DIE_WITH_PARENT_ENV: str(os.getpid())}
+        cpu_only = all(worker.env.get("CUDA_VISIBLE_DEVICES") == "" for worker in self.workers)
+        if self.preload and cpu_only and self.starter is None:
+            # one zygote per command, labelled like its workers: two commands never share a log
+            log_path = self.log_dir / f"{_label('warm-start')}.log"
+            env = {**os.environ, **self.env, **parent, "CUDA_VISIBLE_DEVICES": ""}
+            self.starter = WarmStarter(self.preload, log_path=log_path, env=env)
         for worker in self.workers:
-            with (self.log_dir / f"{worker.label}.log").open("ab") as log:
-                self.processes[worker.label] = subprocess.Popen(
-                    self.command_for(worker),
-                    env={**os.environ, **self.env, **worker.env, DIE_WITH_PARENT_ENV: str(os.getpid())},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
+            command = self.command_for(worker)
+            env = {**os.environ, **self.env, **worker.env, **parent}
+            log_path = self.log_dir / f"{worker.label}.log"
+            if self.starter is not None and command[:2] == [sys.executable, "-m"]:
+                self.processes[worker.label] = self.starter.start(
+                    worker.label, command, env=env, log_path=log_path
                 )
+                continue
+            with log_path.open("ab") as log:
+                self.processes[worker.label] = subprocess.Popen(
+                    command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )  # fmt: skip
 
     def wait(self, tick: Callable[[], None], tick_s: float = 1.0) -> dict[str, int]:
         """Call ``tick`` every ``tick_s`` until every worker has exited; their exit codes.
@@ -229,10 +250,20 @@ class LocalPool:
             if len(self.tick_errors) < MAX_TICK_ERRORS:  # one a second for hours: keep the first
                 self.tick_errors.append(error)
 
+    def remove_logs(self) -> None:
+        """Delete this pool's own log files (its workers' and its zygote's), nothing else."""
+        names = [f"{worker.label}.log" for worker in self.workers] + [f"{_label('warm-start')}.log"]
+        for name in names:
+            (self.log_dir / name).unlink(missing_ok=True)
+
     def stop(self) -> None:
         """Kill whatever still runs (only when we ourselves are dying of an error)."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.kill()
-                process.wait()
+                if not isinstance(process, WarmProcess):  # the zygote waits for its own in close()
+                    process.wait()
+        if self.starter is not None:
+            self.starter.close()
+            self.starter = None
         self.signals.__exit__(None, None, None)

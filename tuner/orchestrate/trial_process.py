@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import math
 import os
 import signal
@@ -46,6 +47,19 @@ class TrialJob:
     extra_callbacks: Callable[[], list[Any]] | None = None
 
 
+# what every trial imports, imported by its worker first (run-round's zygote imports them once
+# for all its workers): ``torch.optim`` imports ``torch._dynamo`` on the first step and
+# ``zero_grad``, ``torch.save`` ``torch.utils.serialization``, an optimizer step the profiler's
+# CUPTI monitor; ``tuner.train.run`` is the whole engine
+ENGINE_MODULES = (
+    "torch._dynamo",
+    "torch.optim",
+    "torch.utils.serialization",
+    "torch.profiler._cupti_monitor",
+    "tuner.train.run",
+)
+
+
 def warm_up(spec: StudySpec, base_dir: Path) -> None:
     """Import in the worker what every trial needs, so each forked trial starts warm.
 
@@ -58,14 +72,9 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
     survive a fork) at import time would break every trial, so a user's module is otherwise
     imported by each child itself.
     """
-    import torch._dynamo
-    import torch.optim
-    import torch.utils.serialization  # what torch.save imports on first use
-
-    with contextlib.suppress(ImportError):  # what an optimizer step imports on first use
-        import torch.profiler._cupti_monitor  # noqa: F401
-
-    import tuner.train.run  # noqa: F401  (the whole engine)
+    for module in ENGINE_MODULES:
+        with contextlib.suppress(ImportError):  # a torch build without one (e.g. no profiler)
+            importlib.import_module(module)
     from tuner.workloads import preload_module
 
     preload_module(spec.workload.name, base_dir)
