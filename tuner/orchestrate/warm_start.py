@@ -47,7 +47,7 @@ import setproctitle
 
 from tuner._lifetime import DIE_WITH_PARENT_ENV, die_with_parent
 
-REAP_S = 0.05  # how often the zygote looks for exited workers while no request comes
+POLL_S = 0.05  # how often ``WarmProcess.wait`` asks
 
 
 class WarmProcess:
@@ -71,7 +71,7 @@ class WarmProcess:
 
     def wait(self) -> int:
         while self.poll() is None:
-            time.sleep(REAP_S)
+            time.sleep(POLL_S)
         assert self.returncode is not None
         return self.returncode
 
@@ -197,21 +197,69 @@ def _become_worker(request: dict[str, Any], zygote: int, replies: int) -> None:
         os._exit(code)
 
 
-def _reap(children: dict[int, str], replies: int) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        label = children.pop(pid, None)
-        if label is not None:
-            _reply(replies, {"event": "exited", "label": label, "code": os.waitstatus_to_exitcode(status)})
+class _Zygote:
+    """The serving side: forks a worker per ``start``, delivers each ``signal`` to a worker it
+    has not reaped yet (so never to a reused pid), and reports each exit as it reaps it. It
+    sleeps until a request or a child's exit (SIGCHLD, through Python's wakeup fd) wakes it."""
 
+    def __init__(self, replies: int) -> None:
+        self.replies = replies
+        self.children: dict[int, str] = {}
+        self.wake_read, self.wake_write = os.pipe()
+        for fd in (self.wake_read, self.wake_write):
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
+        signal.set_wakeup_fd(self.wake_write)
 
-def _reply(replies: int, event: dict[str, Any]) -> None:
-    os.write(replies, json.dumps(event).encode() + b"\n")
+    def serve(self) -> None:
+        unread, reading = b"", True
+        while reading or self.children:
+            watched = [0, self.wake_read] if reading else [self.wake_read]
+            ready, _, _ = select.select(watched, [], [], 1.0)
+            if self.wake_read in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_read, 1 << 12)
+            if 0 in ready:
+                chunk = os.read(0, 1 << 16)
+                reading = bool(chunk)
+                *lines, unread = (unread + chunk).split(b"\n")
+                for line in lines:
+                    self.handle(json.loads(line))
+            self.reap()
+
+    def handle(self, request: dict[str, Any]) -> None:
+        if request["op"] == "start":
+            sys.stdout.flush()
+            sys.stderr.flush()
+            zygote = os.getpid()
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(self.wake_read)
+                os.close(self.wake_write)
+                _become_worker(request, zygote, self.replies)
+            self.children[pid] = request["label"]
+            self.reply({"event": "started", "label": request["label"], "pid": pid})
+        elif request["op"] == "signal":
+            for pid, label in self.children.items():
+                if label == request["label"]:
+                    os.kill(pid, request["signal"])  # not reaped yet: still ours
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            label = self.children.pop(pid, None)
+            if label is not None:
+                self.reply({"event": "exited", "label": label, "code": os.waitstatus_to_exitcode(status)})
+
+    def reply(self, event: dict[str, Any]) -> None:
+        os.write(self.replies, json.dumps(event).encode() + b"\n")
 
 
 def serve(parent: int, preload: Sequence[str]) -> None:
@@ -224,31 +272,12 @@ def serve(parent: int, preload: Sequence[str]) -> None:
             importlib.import_module(module)
         except Exception as error:  # the worker will import it again and say what is wrong
             print(f"warm start: cannot preload {module}: {type(error).__name__}: {error}", file=sys.stderr)
-    children: dict[int, str] = {}
-    unread, reading = b"", True
-    while reading or children:
-        ready, _, _ = select.select([0] if reading else [], [], [], REAP_S)
-        if ready:
-            chunk = os.read(0, 1 << 16)
-            reading = bool(chunk)
-            *lines, unread = (unread + chunk).split(b"\n")
-            for line in lines:
-                request = json.loads(line)
-                if request["op"] == "start":
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    zygote = os.getpid()
-                    pid = os.fork()
-                    if pid == 0:
-                        _become_worker(request, zygote, replies)
-                    children[pid] = request["label"]
-                    _reply(replies, {"event": "started", "label": request["label"], "pid": pid})
-                elif request["op"] == "signal":
-                    for pid, label in children.items():
-                        if label == request["label"]:
-                            os.kill(pid, request["signal"])  # not reaped yet: still ours
-        _reap(children, replies)
+    _Zygote(replies).serve()
 
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]), sys.argv[2:])
+    # every worker has been reaped and reported: skip the second or more of interpreter teardown
+    # (torch's) that run-round would otherwise wait for before it can print its summary
+    sys.stderr.flush()
+    os._exit(0)
