@@ -71,6 +71,22 @@ def test_the_kubernetes_workers_command_is_one_tuner_accepts(tmp_path: Path) -> 
     assert "no study storage" in done.stderr and "No such option" not in done.stderr
 
 
+def test_the_kubernetes_job_fails_at_once_when_a_new_pod_cannot_do_better() -> None:
+    """A failed phase (every worker exits 1) or a refused study (2) must not cost backoffLimit
+    pods that each exit the same way; an evicted pod must not count against the Job."""
+    from tuner.cli._errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
+
+    (job,) = [d for d in yaml.safe_load_all((EXAMPLES / "kubernetes" / "workers-job.yaml").read_text()) if d]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # what a pod failure policy needs
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    (fail,) = [rule for rule in rules if rule["action"] == "FailJob"]
+    assert fail["onExitCodes"]["containerName"] == "worker" and fail["onExitCodes"]["operator"] == "In"
+    assert set(fail["onExitCodes"]["values"]) == {EXIT_FAILED, EXIT_USAGE}
+    assert not {EXIT_INTERNAL, EXIT_INTERRUPTED} & set(fail["onExitCodes"]["values"])  # those are retried
+    (ignore,) = [rule for rule in rules if rule["action"] == "Ignore"]
+    assert ignore["onPodConditions"] == [{"type": "DisruptionTarget"}]
+
+
 def test_the_slurm_script_without_its_arguments_says_how_to_submit_it(tmp_path: Path) -> None:
     """Its run under a real Slurm is ``tests/test_slurm_example.py``."""
     env = tuner_env(TUNER_STORAGE=f"sqlite:///{tmp_path}/study.db")

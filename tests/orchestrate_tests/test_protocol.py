@@ -71,6 +71,34 @@ def test_a_claim_whose_acknowledgement_was_lost_is_found_not_repeated(tmp_path: 
     assert {t.state.name for t in trials} == {"RUNNING"}
 
 
+def test_a_trial_beats_from_its_start_through_a_claim_whose_last_write_is_retried(tmp_path: Path) -> None:
+    """The owner's write after the start hangs 4.5 s, then loses its acknowledgement (a
+    connection that stalls, then drops): the claim takes longer than the heartbeat grace (2 s). A
+    trial beaten only at its start would look dead to every other worker by then (they fail it
+    as ``killed`` and spend a retry on a live trial); it beats from its start, and the worker
+    gets the beating thread with the trial."""
+    import time
+
+    from tuner.orchestrate._optuna_adapter import stale_trial_ids
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval_s=1, grace_period_s=2)
+    settings = PhaseSettings.build(2, max_failed=3)
+    study = start_phase(storage, "s", "round-1", settings, direction="minimize")
+    slow = LostAck(storage, "set_trial_system_attr", before=lambda *a, **k: time.sleep(4.5))
+    started = time.monotonic()
+    claimed = Claimer(slow, study, _slot, beat_s=0.5).claim(settings)
+    try:
+        assert isinstance(claimed, Claimed) and claimed.beat is not None
+        assert time.monotonic() - started > 4  # longer than the grace
+        assert stale_trial_ids(storage, study) == []  # what another worker's reaper would fail
+        time.sleep(2.5)  # and it goes on beating until the worker stops it
+        assert stale_trial_ids(storage, study) == []
+    finally:
+        if isinstance(claimed, Claimed) and claimed.beat is not None:
+            claimed.beat.stop()
+    assert Claimer(storage, study, _slot).claim(settings).beat is None  # type: ignore[union-attr]
+
+
 def test_the_side_that_lost_the_lock_yields_its_duplicate_and_it_counts_for_nothing(tmp_path: Path) -> None:
     storage, study, settings = _phase(tmp_path)
     first = Claimer(storage, study, _slot).claim(settings)

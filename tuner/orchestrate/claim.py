@@ -37,14 +37,14 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.budget import Action, Decision, count_trials, decide, slot_key
 from tuner.orchestrate.duplicates import RECONCILE_ATTEMPTS, counted, yield_duplicates
 from tuner.orchestrate.failures import enqueue_missing_retries
-from tuner.orchestrate.heartbeat import record_beat
+from tuner.orchestrate.heartbeat import HeartbeatThread, record_beat
 from tuner.orchestrate.locks import LostLocks, has_lock, phase_lock
 from tuner.orchestrate.phase import PhaseSettings, storage_clock
 from tuner.orchestrate.storage import with_retries
@@ -61,6 +61,8 @@ class Claimed:
 
     trial_id: int
     trial: Any  # its FrozenTrial as claimed
+    # beating since the trial turned RUNNING (``Claimer(beat_s=...)``): the worker runs it on
+    beat: HeartbeatThread | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -76,15 +78,34 @@ class NewSlot:
 class Claimer:
     """Claims trials of ``study`` for one worker; ``new_slot(slot)`` says how to create a slot."""
 
-    def __init__(self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot]) -> None:
+    def __init__(
+        self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot], *, beat_s: float | None = None
+    ) -> None:
+        """``beat_s``: beat each trial this claimer starts, every ``beat_s``, from the moment it
+        is RUNNING (the thread goes with ``Claimed``). Without it a claim whose later calls were
+        retried (a lock lost, connections cut: seconds of backoff) left its trial with only the
+        start's beat, and another worker declared the live trial dead (seen under chaos and load:
+        a retry spent, or with ``max_retries: 0`` the slot lost)."""
         self.storage, self.study, self.new_slot = storage, study, new_slot
         self.direction = with_retries(lambda: study.direction).name.lower()
         self._spread = 1  # without a lock: how many free slots a new slot is drawn from, at least
         self.running = 0  # RUNNING trials of the phase as the last claim counted them
+        self.beat_s = beat_s
+        self._beating: dict[int, HeartbeatThread] = {}  # trial id -> its beat, until handed over
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
         the phase's run window (``phase.window_started_at``), for ``timeout_h``."""
+        try:
+            result = self._claim(settings, window_started_at)
+            beat = self._beating.pop(result.trial_id, None) if isinstance(result, Claimed) else None
+            return result if beat is None else Claimed(result.trial_id, result.trial, beat)
+        finally:
+            for other in self._beating.values():  # started, then found a duplicate, or lost
+                other.stop()
+            self._beating.clear()
+
+    def _claim(self, settings: PhaseSettings, window_started_at: float | None) -> Claimed | Decision:
         token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
         for _ in range(RECONCILE_ATTEMPTS):
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
@@ -138,7 +159,10 @@ class Claimer:
         from optuna.trial import TrialState
 
         trial_id = adapter.trial_id(self.storage, self.study, trial.number)
-        if trial.state == TrialState.RUNNING or self._start(trial_id, token):
+        if trial.state == TrialState.RUNNING:
+            self._keep_beating(trial_id)  # started by an earlier try (whose beat may have gone)
+            return Claimed(trial_id, self.storage.get_trial(trial_id))
+        if self._start(trial_id, token):
             return Claimed(trial_id, self.storage.get_trial(trial_id))
         return Decision(Action.WAIT, "another worker took the trial")
 
@@ -196,10 +220,15 @@ class Claimer:
             record_beat(self.storage, trial_id)  # an attribute beat is refused on a finished trial
             if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
                 return False
+            self._keep_beating(trial_id)  # before anything that may fail and be retried
             self.storage.set_trial_system_attr(trial_id, OWNER_ATTR, token)
             return True
         except UpdateFinishedTrialError:  # failed as a duplicate, or finished elsewhere
             return False
+
+    def _keep_beating(self, trial_id: int) -> None:
+        if self.beat_s is not None and trial_id not in self._beating:
+            self._beating[trial_id] = HeartbeatThread(self.storage, trial_id, self.beat_s).__enter__()
 
 
 def _is_ours(trial: Any, token: str, *, trust_token: bool) -> bool:

@@ -118,7 +118,9 @@ class HeartbeatThread:
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{trial_id}", daemon=True)
 
     def __enter__(self) -> HeartbeatThread:
-        self._thread.start()
+        """Start beating (once: a claim starts it, the worker's ``with`` then only holds it)."""
+        if self._thread.ident is None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -122,7 +122,7 @@ class Worker:
         self.version = code_version(options.code_dir)
         self.status_file = options.phase_dir / ".workers" / f"{self.label.replace('/', '_')}.json"
         self.signals = signals or SignalFlag()  # the caller's, if it counted signals while starting
-        self.claimer = Claimer(self.storage, self.study, self._new_slot)
+        self.claimer = Claimer(self.storage, self.study, self._new_slot, beat_s=self.heartbeat_s)
         self._prepared: dict[int, TrialJob] = {}  # slot -> job, for slots created complete
         self.reserve = SpaceReserve(self.status_file.with_suffix(".reserve"))  # see disk_full.py
         self._current: tuple[int, PhaseSettings, Path | None] | None = None  # trial being run
@@ -251,7 +251,7 @@ class Worker:
         outcome is recorded: preparing and recording may wait out storage retries too."""
         run_dir = claimed.trial.user_attrs.get("run_dir")
         self._current = (claimed.trial_id, settings, Path(run_dir) if run_dir else None)
-        with HeartbeatThread(self.storage, claimed.trial_id, self.heartbeat_s) as beat:
+        with claimed.beat or HeartbeatThread(self.storage, claimed.trial_id, self.heartbeat_s) as beat:
             self._prepare_and_run(claimed, settings, beat)
         self._current = None  # kept on an error: ``run`` may still have to record it
 
