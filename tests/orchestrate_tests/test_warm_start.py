@@ -87,9 +87,7 @@ def test_a_stop_reaches_a_forked_worker_and_counts_as_asked_for(tmp_path: Path) 
     pool.start()
     time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, counted by the pool
-    started = time.monotonic()
-    assert pool.wait(tick=lambda: None, tick_s=0.1) == {"w0": 130}
-    assert time.monotonic() - started < 30  # not the 60 s sleep
+    assert pool.wait(tick=lambda: None, tick_s=0.1) == {"w0": 130}  # its 60 s sleep would end in 0
 
 
 def test_workers_stop_cleanly_when_their_zygote_dies(tmp_path: Path) -> None:
