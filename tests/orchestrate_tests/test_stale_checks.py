@@ -25,3 +25,22 @@ def test_the_fleet_as_a_whole_looks_about_once_a_beat_at_any_size() -> None:
         assert min(intervals) >= 2.5 * workers and max(intervals) <= 7.5 * workers
         looks_per_beat = 5 * sum(1 / interval for interval in intervals)
         assert 0.8 <= looks_per_beat <= 1.4, (workers, looks_per_beat)  # E[1/U(0.5,1.5)] = ln 3
+
+
+def test_a_stale_trial_is_failed_only_when_a_second_look_two_beats_later_confirms_it() -> None:
+    """A storage that stalled for everyone makes live trials look a grace old at the reaper's
+    first look after it; their owners beat again within a beat or two, the dead do not."""
+    from tuner.orchestrate.heartbeat import StaleSuspects
+
+    now = [100.0]
+    suspects = StaleSuspects(10.0, clock=lambda: now[0])
+    assert suspects.confirm([]) == [] and not suspects.pending
+    assert suspects.confirm([1, 2]) == [] and suspects.pending  # first look: suspected only
+    now[0] = 109.9
+    assert suspects.confirm([1, 2]) == []  # too soon to tell (just under two beats)
+    now[0] = 110.0
+    assert suspects.confirm([1]) == [1]  # 1 never beat again: dead; 2 beat again: alive
+    assert suspects.confirm([1, 2]) == [1]  # 2 stale again later is a new suspicion, not confirmed
+    now[0] = 120.0
+    assert suspects.confirm([2]) == [2]
+    assert suspects.confirm([]) == [] and not suspects.pending

@@ -23,7 +23,7 @@ from typing import Any
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.duplicates import counted, yield_duplicates
-from tuner.orchestrate.heartbeat import BeatWatch, has_heartbeat_table
+from tuner.orchestrate.heartbeat import BeatWatch, StaleSuspects, has_heartbeat_table
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
@@ -233,13 +233,18 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
 
 
 def fail_stale_trials(
-    storage: Any, study: Any, settings: PhaseSettings, watch: BeatWatch | None = None
+    storage: Any,
+    study: Any,
+    settings: PhaseSettings,
+    watch: BeatWatch | None = None,
+    suspects: StaleSuspects | None = None,
 ) -> list[int]:
     """Trials whose worker stopped sending heartbeats: mark them ``killed`` and retry them.
 
     ``watch``: how a storage without Optuna's heartbeat (the gRPC proxy) is watched, kept by the
-    caller from one call to the next (``heartbeat.BeatWatch``). Returns the numbers of the
-    trials failed here.
+    caller from one call to the next (``heartbeat.BeatWatch``); ``suspects``: only trials found
+    stale at an earlier look too are failed (``heartbeat.StaleSuspects``, why). Returns the
+    numbers of the trials failed here.
     """
     from optuna.trial import TrialState
 
@@ -250,6 +255,8 @@ def fail_stale_trials(
         stale_ids = [adapter.trial_id(storage, study, n) for n in watch.stale_numbers(running)]
     else:
         stale_ids = []
+    if suspects is not None:
+        stale_ids = suspects.confirm(stale_ids)
     failed = []
     for trial_id in stale_ids:
         trial = storage.get_trial(trial_id)

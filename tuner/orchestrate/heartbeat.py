@@ -34,6 +34,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tuner.orchestrate.retry_log import note_retry
@@ -54,6 +55,34 @@ def stale_check_interval_s(beat_s: float, running: int, rng: random.Random | Non
     phase (R, about the busy workers): ``beat x max(1, R)``, times a jitter of 0.5 to 1.5 so
     that workers started together do not look together (see the module docstring)."""
     return beat_s * max(1, running) * (rng or random).uniform(0.5, 1.5)
+
+
+class StaleSuspects:
+    """A trial found stale is failed only if it is still stale at a later look, at least
+    ``confirm_after_s`` (two beats) after the first.
+
+    Why: a storage that stalls for everyone (calls hanging, not failing: seen through the gRPC
+    proxy and on PostgreSQL with its connections cut under load, 13 s) keeps every owner from
+    beating as long as it keeps the reaper from looking; the reaper's first look after it then
+    found live trials a grace old and failed them as ``killed`` (a retry spent on a live trial,
+    the slot lost with ``max_retries: 0``). An owner that is alive beats again within a beat or
+    two of the storage answering; a dead one does not. ``clock``: for tests.
+    """
+
+    def __init__(self, confirm_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.confirm_after_s, self.clock = confirm_after_s, clock
+        self._since: dict[int, float] = {}  # trial id -> when it was first found stale
+
+    def confirm(self, stale_ids: list[int]) -> list[int]:
+        """Of the trial ids found stale now, those found stale long enough ago (and since)."""
+        now = self.clock()
+        self._since = {trial_id: self._since.get(trial_id, now) for trial_id in stale_ids}
+        return [trial_id for trial_id, since in self._since.items() if now - since >= self.confirm_after_s]
+
+    @property
+    def pending(self) -> bool:
+        """Suspects not confirmed yet: look again soon (``confirm_after_s``), not R beats later."""
+        return bool(self._since)
 
 
 def has_heartbeat_table(storage: Any) -> bool:

@@ -38,7 +38,13 @@ from tuner.orchestrate.failures import (
     save_error_log,
     settle_folder_status,
 )
-from tuner.orchestrate.heartbeat import BeatWatch, HeartbeatThread, heartbeat_settings, stale_check_interval_s
+from tuner.orchestrate.heartbeat import (
+    BeatWatch,
+    HeartbeatThread,
+    StaleSuspects,
+    heartbeat_settings,
+    stale_check_interval_s,
+)
 from tuner.orchestrate.messages import Errored
 from tuner.orchestrate.outage import is_storage_error, recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
@@ -114,6 +120,7 @@ class Worker:
         self.options = options
         self.heartbeat_s, grace = heartbeat_settings()
         self.beat_watch = BeatWatch(grace)  # for a storage without Optuna's heartbeat (gRPC)
+        self.suspects = StaleSuspects(2 * self.heartbeat_s)  # a stale trial is confirmed before it is failed
         # opening a storage costs ~0.3 s of CPU (schema checks): reuse the caller's if it has one
         self.storage = storage if storage is not None else open_worker_storage(options.storage_url)
         self.study = open_phase(self.storage, options.study, options.phase, sampler=options.sampler)
@@ -160,7 +167,12 @@ class Worker:
             # long enough to have kept every worker from beating: they get a grace to beat again
             after_outage = recovered_within(grace, longer_than=grace / 2)
             if time.monotonic() >= next_stale_check and not after_outage:
-                with_retries(fail_stale_trials, self.storage, self.study, settings, self.beat_watch)
+                stale_args = (self.storage, self.study, settings, self.beat_watch, self.suspects)
+                with_retries(fail_stale_trials, *stale_args)
+                if self.suspects.pending:  # look again once their owners could have beaten, and
+                    # now: not after the trial this worker may claim next (it may last hours)
+                    self.signals.sleep(self.suspects.confirm_after_s)
+                    with_retries(fail_stale_trials, *stale_args)
                 running = self.claimer.running  # as the last claim counted them
                 next_stale_check = time.monotonic() + stale_check_interval_s(self.heartbeat_s, running)
             if self._warm_up is not None and with_retries(
