@@ -40,6 +40,7 @@ def test_a_stale_trial_is_failed_only_when_a_second_look_two_beats_later_confirm
     assert suspects.confirm([1, 2]) == []  # too soon to tell (just under two beats)
     now[0] = 110.0
     assert suspects.confirm([1]) == [1]  # 1 never beat again: dead; 2 beat again: alive
+    assert not suspects.pending  # 1 is confirmed: no second look owed
     assert suspects.confirm([1, 2]) == [1]  # 2 stale again later is a new suspicion, not confirmed
     now[0] = 120.0
     assert suspects.confirm([2]) == [2]

@@ -72,17 +72,23 @@ class StaleSuspects:
     def __init__(self, confirm_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.confirm_after_s, self.clock = confirm_after_s, clock
         self._since: dict[int, float] = {}  # trial id -> when it was first found stale
+        self._unconfirmed = 0  # of those, not confirmed at the last look
 
     def confirm(self, stale_ids: list[int]) -> list[int]:
         """Of the trial ids found stale now, those found stale long enough ago (and since)."""
         now = self.clock()
         self._since = {trial_id: self._since.get(trial_id, now) for trial_id in stale_ids}
-        return [trial_id for trial_id, since in self._since.items() if now - since >= self.confirm_after_s]
+        confirmed = [
+            trial_id for trial_id, since in self._since.items() if now - since >= self.confirm_after_s
+        ]
+        self._unconfirmed = len(self._since) - len(confirmed)
+        return confirmed
 
     @property
     def pending(self) -> bool:
-        """Suspects not confirmed yet: look again soon (``confirm_after_s``), not R beats later."""
-        return bool(self._since)
+        """Suspects not confirmed yet: look again soon (``confirm_after_s``), not R beats later
+        (one confirmed and failed already needs no second look)."""
+        return self._unconfirmed > 0
 
 
 def has_heartbeat_table(storage: Any) -> bool:

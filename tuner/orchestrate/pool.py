@@ -196,10 +196,8 @@ class LocalPool:
         parent = {DIE_WITH_PARENT_ENV: str(os.getpid())}
         cpu_only = all(worker.env.get("CUDA_VISIBLE_DEVICES") == "" for worker in self.workers)
         if self.preload and cpu_only and self.starter is None:
-            # one zygote per command, labelled like its workers: two commands never share a log
-            log_path = self.log_dir / f"{_label('warm-start')}.log"
             env = {**os.environ, **self.env, **parent, "CUDA_VISIBLE_DEVICES": ""}
-            self.starter = WarmStarter(self.preload, log_path=log_path, env=env)
+            self.starter = WarmStarter(self.preload, log_path=self._zygote_log, env=env)
         for worker in self.workers:
             command = self.command_for(worker)
             env = {**os.environ, **self.env, **worker.env, **parent}
@@ -252,9 +250,13 @@ class LocalPool:
 
     def remove_logs(self) -> None:
         """Delete this pool's own log files (its workers' and its zygote's), nothing else."""
-        names = [f"{worker.label}.log" for worker in self.workers] + [f"{_label('warm-start')}.log"]
-        for name in names:
-            (self.log_dir / name).unlink(missing_ok=True)
+        for path in [self.log_dir / f"{worker.label}.log" for worker in self.workers] + [self._zygote_log]:
+            path.unlink(missing_ok=True)
+
+    @property
+    def _zygote_log(self) -> Path:
+        """One zygote per command, labelled like its workers: two commands never share a log."""
+        return self.log_dir / f"{_label('warm-start')}.log"
 
     def stop(self) -> None:
         """Kill whatever still runs (only when we ourselves are dying of an error)."""

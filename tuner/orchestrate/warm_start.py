@@ -98,8 +98,16 @@ class WarmStarter:
     def start(self, label: str, argv: list[str], *, env: dict[str, str], log_path: Path) -> WarmProcess:
         """Fork ``argv`` (``[python, "-m", module, ...]``) as a worker logging to ``log_path``."""
         process = self.processes[label] = WarmProcess(self, label)
-        request = {"op": "start", "label": label, "argv": argv, "env": env, "cwd": os.getcwd()}
-        self.send({**request, "log": str(log_path)})
+        self.send(
+            {
+                "op": "start",
+                "label": label,
+                "argv": argv,
+                "env": env,
+                "cwd": os.getcwd(),
+                "log": str(log_path),
+            }
+        )
         return process
 
     def send(self, request: dict[str, Any]) -> None:
