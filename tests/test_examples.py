@@ -4,6 +4,7 @@ and ``tuner`` commands that the CLI accepts (the Slurm script under a real Slurm
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -92,3 +93,59 @@ def test_the_slurm_script_without_its_arguments_says_how_to_submit_it(tmp_path: 
     env = tuner_env(TUNER_STORAGE=f"sqlite:///{tmp_path}/study.db")
     usage = run(["bash", str(EXAMPLES / "slurm" / "workers.sbatch")], env=env)
     assert usage.returncode != 0 and "usage: sbatch --array=0-N workers.sbatch" in usage.stderr
+
+
+def test_the_kubernetes_multinode_recipe_runs_each_node_in_its_own_pod(tmp_path: Path) -> None:
+    """``multinode-trials.yaml``: the study it carries validates, and what the worker would run
+    for an attempt (``kubectl exec`` of each node's agent) names pods that the StatefulSet makes,
+    that the worker may exec into, with the rendezvous on the first of them through the Service."""
+    from tuner.spec import load_study
+    from tuner.train.node_files import NodeAttempt
+    from tuner.train.node_launchers import DEFAULT_PORT_RANGE, agent_commands
+
+    documents = {
+        d["kind"]: d
+        for d in yaml.safe_load_all((EXAMPLES / "kubernetes" / "multinode-trials.yaml").read_text())
+        if d
+    }
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(documents["ConfigMap"]["data"]["study.yaml"])
+    training = load_study(study_file).spec.training
+    nodes, service = documents["StatefulSet"], documents["Service"]
+    assert training.nodes == nodes["spec"]["replicas"] and training.launcher == "command"
+    (node_container,) = nodes["spec"]["template"]["spec"]["containers"]
+    assert node_container["resources"]["limits"]["nvidia.com/gpu"] == training.processes_per_trial
+    assert (
+        service["spec"]["clusterIP"] == "None" and nodes["spec"]["serviceName"] == service["metadata"]["name"]
+    )
+    assert service["spec"]["selector"].items() <= nodes["spec"]["template"]["metadata"]["labels"].items()
+    pods = [f"{nodes['metadata']['name']}-{i}" for i in range(training.nodes)]
+    assert training.rendezvous_host == f"{pods[0]}.{service['metadata']['name']}"
+    for rule in documents["Role"]["rules"]:
+        assert rule["resourceNames"] == pods
+    worker = documents["Job"]["spec"]["template"]["spec"]
+    assert worker["serviceAccountName"] == documents["RoleBinding"]["subjects"][0]["name"]
+    assert documents["RoleBinding"]["roleRef"]["name"] == documents["Role"]["metadata"]["name"]
+    # the run folders: one volume, at the same path in the worker and in every trial node
+    mounts = {m["name"]: m["mountPath"] for m in node_container["volumeMounts"]}
+    (worker_container,) = worker["containers"]
+    assert (
+        mounts["runs"]
+        == {m["name"]: m["mountPath"] for m in worker_container["volumeMounts"]}["runs"]
+        == "/runs"
+    )
+
+    attempt = NodeAttempt(Path("/runs/my-model/round-1/trial-0000/.nodes/tuner-0123456789abcdef"))
+    commands = agent_commands(training, attempt)
+    for node, command in enumerate(commands):
+        words = shlex.split(command.shell)
+        assert words[:4] == ["kubectl", "exec", pods[node], "--"]
+        agent = words[4:]
+        assert agent[1:3] == ["-m", "tuner.train.node_agent"]
+        assert (
+            f"--nnodes={training.nodes}" in agent
+            and f"--nproc-per-node={training.processes_per_trial}" in agent
+        )
+        host, port = next(a for a in agent if a.startswith("--rdzv-endpoint=")).split("=", 1)[1].split(":")
+        assert host == training.rendezvous_host and DEFAULT_PORT_RANGE[0] <= int(port) < DEFAULT_PORT_RANGE[1]
+        assert agent[-1] == str(attempt.folder)  # under /runs: every pod reads the attempt's files

@@ -136,3 +136,45 @@ def test_a_slurm_job_array_submitted_before_its_phase_serves_it_to_its_end(
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     assert sorted(t.state.name for t in trials) == ["COMPLETE"] * 4
     assert {t.user_attrs["worker"] for t in trials} <= {f"slurm-{job}-0", f"slurm-{job}-1"}
+
+
+def test_a_trial_launched_through_srun_inside_the_workers_allocation(
+    tmp_path: Path, slurm: dict[str, str]
+) -> None:
+    """``examples/slurm/multinode-trial.sbatch`` with ``training.launcher: slurm``: the worker in
+    the batch step runs each trial as ``srun`` of one torchrun agent per node of its allocation.
+    One node here (this machine), 2 ranks on it: the real srun, agent and rendezvous path."""
+    from tests.train_tests.test_distributed import ddp_study
+
+    study = ddp_study(
+        tmp_path, {"show_env": "SLURM_STEP_ID"}, nodes=1, processes_per_trial=2, launcher="slurm"
+    )
+    output_dir = tmp_path / "runs"
+    env = {
+        **slurm,
+        **tuner_env(TUNER_STORAGE=sqlite_url(output_dir, "ddp")),
+        "SLURM_CONF": slurm["SLURM_CONF"],
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    start_round(load_study(study), "round-1", output_dir)
+    submit = [
+        "sbatch", "--parsable", "--nodes=1", "--gres=none", "--cpus-per-task=2",
+        f"--output={tmp_path}/worker-%j.log", str(SCRIPT.with_name("multinode-trial.sbatch")),
+        str(study), "round-1", str(output_dir),
+    ]  # fmt: skip
+    done = run(submit, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = done.stdout.strip().split(";")[0]
+
+    def finished() -> bool:
+        queued = subprocess.run(["squeue", "-h", "-j", job], env=env, capture_output=True, text=True)
+        return queued.returncode == 0 and not queued.stdout.strip()
+
+    wait_for(finished, what=f"Slurm job {job} to end")
+    log = (tmp_path / f"worker-{job}.log").read_text()
+    (trial,) = load_phase(sqlite_url(output_dir, "ddp"), "ddp").trials
+    assert trial.state.name == "COMPLETE", log
+    trial_log = (Path(trial.user_attrs["run_dir"]) / "trial.log").read_text()
+    assert "[rank 1] built the model" in trial_log  # rank 1 ran, under the agent srun started
+    # the ranks ran in a Slurm step of their own (srun's), not in the worker's batch step
+    assert "env SLURM_STEP_ID=0" in trial_log and "[rank 1] env SLURM_STEP_ID=0" in trial_log

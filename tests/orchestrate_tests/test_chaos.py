@@ -4,9 +4,11 @@ a worker frozen (SIGSTOP) past the heartbeat grace. Small on purpose: a toy work
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -159,6 +161,50 @@ def test_the_command_killed_three_times_then_rerun_counts_every_slot_once(
     _assert_each_slot_done_once(trials, 6)
 
 
+def _freeze_outside_any_write(group: int, database: Path) -> None:
+    """SIGSTOP the process ``group`` (a worker and its trial) at a moment it holds no SQLite lock.
+
+    On SQLite a process frozen inside a write transaction (a heartbeat, an eval's value) or
+    inside the phase's file lock blocks every other writer for as long as it sleeps: no lock can
+    be taken from a stopped process. That is SQLite's limit (where machines may freeze, the
+    storage is PostgreSQL, whose frozen sessions are ended: ``test_chaos_postgres``), not what
+    this test is about, and on a busy machine, where each write takes longer, the freeze landed
+    in one often enough to fail the test. So: freeze, check both locks are free, else thaw and
+    try again.
+    """
+    for _ in range(100):
+        os.killpg(group, signal.SIGSTOP)
+        if _sqlite_writable(database) and all(
+            _flock_free(p) for p in database.parent.glob(".study.db.*.lock")
+        ):
+            return
+        os.killpg(group, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("the worker held a SQLite lock at each of 100 tries to freeze it")
+
+
+def _sqlite_writable(database: Path) -> bool:
+    connection = sqlite3.connect(database, timeout=0.5)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        connection.close()
+
+
+def _flock_free(path: Path) -> bool:
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+
 def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws(
     tmp_path: Path, output_dir: Path
 ) -> None:
@@ -182,7 +228,7 @@ def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws
         return None
 
     number = wait_for(checkpointed, what="a trial of the frozen worker with a checkpoint")
-    os.killpg(frozen.pid, signal.SIGSTOP)  # the worker and its trial: a machine that froze
+    _freeze_outside_any_write(frozen.pid, output_dir / "toy" / "study.db")  # a machine that froze
     try:
         other = worker("other", QUICK_GRACE)  # nobody else beats while the frozen worker sleeps
         taken_over = wait_for(

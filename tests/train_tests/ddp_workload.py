@@ -2,10 +2,11 @@
 
 Options: ``init_dir`` (each rank saves its freshly built model's parameters there, as
 ``init-rank<R>.pt``: the initial weights must be the same on every rank), ``step_sleep_s``,
-``fail_rank`` + ``fail_at_step`` + ``fail`` (``raise`` or ``kill``: that rank raises, or
-SIGKILLs itself, at that training step), ``marker_dir`` (fail only once: a retry succeeds),
-``items`` (the training data as a plain ``Dataset`` of ``(inputs, target, {"id": i})`` items,
-read like a user's dataset: by DataLoader workers when ``data_workers`` asks; the same examples
+``fail_rank`` + ``fail_at_step`` + ``fail`` (``raise``, ``kill`` or ``kill_agent``: that rank
+raises, SIGKILLs itself, or SIGKILLs its torchrun agent, at that training step), ``marker_dir``
+(fail only once: a retry succeeds), ``show_env`` (print that environment variable), ``items``
+(the training data as a plain ``Dataset`` of ``(inputs, target, {"id": i})`` items, read like a
+user's dataset: by DataLoader workers when ``data_workers`` asks; the same examples
 as the default ``TensorDataset``).
 """
 
@@ -53,6 +54,9 @@ class _Net(torch.nn.Module):
             marker.touch()
         if options.get("fail") == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if options.get("fail") == "kill_agent":  # a node lost: its torchrun agent, and so its ranks
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(60)
         raise ValueError(f"ddp workload fails on rank {os.environ['RANK']}")
 
 
@@ -73,6 +77,9 @@ def build(ctx: WorkloadContext) -> Workload:
     targets = (inputs[:, 0] > 0).long() + (inputs[:, 1] > 0.5).long()
     model = _Net(dict(ctx.options))
     print(f"built the model in process {os.getpid()}", flush=True)
+    if "show_env" in ctx.options:  # where the rank runs (e.g. SLURM_STEP_ID: in srun's step)
+        name = ctx.options["show_env"]
+        print(f"env {name}={os.environ.get(name)}", flush=True)
     for line in range(int(ctx.options.get("chatter", 0))):  # both ranks print at once
         print(f"chatter {line} from rank {os.environ.get('RANK', 0)} " + "x" * 60, flush=True)
     if "init_dir" in ctx.options:

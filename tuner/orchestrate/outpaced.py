@@ -53,6 +53,23 @@ class OutpacedCheck(Callback):
         self.outpaced_at: int | None = None  # the limit the trial stopped at
         self.stopped = False
 
+    # -- a trial on several nodes (tuner.train.nodes): rank 0 reads the limit from a file --------
+    def for_rank_zero(self, attempt: Any) -> OutpacedCheck:
+        from tuner.train.node_files import FileStepLimit
+
+        shared = FileStepLimit(attempt.limit)
+        shared.set(self.limit.step)
+        self._written = self.limit.step
+        return OutpacedCheck(shared)  # type: ignore[arg-type]
+
+    def on_owner_poll(self, attempt: Any, messages: list[Any]) -> None:
+        step = self.limit.step
+        if step != getattr(self, "_written", None):
+            from tuner.train.node_files import FileStepLimit
+
+            FileStepLimit(attempt.limit).set(step)
+            self._written = step
+
     def on_eval_end(self, loop: Any) -> None:
         limit = self.limit.step
         if limit is not None and loop.step >= limit:

@@ -26,7 +26,7 @@ from tuner._lifetime import die_with_parent
 from tuner.errors import TunerError
 from tuner.orchestrate.disk_full import disk_full_path
 from tuner.orchestrate.failures import FailureReason
-from tuner.orchestrate.messages import CheckpointSaved, Errored, Evaluated, Finished, Healthy, Started
+from tuner.orchestrate.messages import Errored, Finished
 from tuner.orchestrate.outpaced import OutpacedCheck, StepLimit
 from tuner.orchestrate.stall import STACKS_SIGNAL, ProgressBeacon
 from tuner.spec import StudySpec
@@ -81,62 +81,11 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
 
 
 def _reporter(connection: Any, metric: str, beacon: ProgressBeacon | None) -> Any:
-    from tuner.train import Callback, CheckpointCallback
+    from tuner.orchestrate.trial_reporter import (
+        PipeReporter,
+    )  # imports the engine: the child's, not the worker's
 
-    class PipeReporter(Callback):
-        """Tells the worker what the loop did; the worker turns it into storage writes.
-
-        A checkpoint is reported once it is on disk (the checkpoint writer works in the
-        background), so the step a retry would resume from is never claimed too early. Every
-        step, eval and checkpoint is a sign of life on ``beacon`` (the progress watchdog's).
-        """
-
-        order = 20  # after the objective tracker (0) and the checkpoint writer (10)
-
-        def __init__(self) -> None:
-            self.healthy = False
-            self.checkpoints: Any = None
-            self.reported: int | None = None
-
-        def on_fit_start(self, loop: Any) -> None:
-            self.checkpoints = next((c for c in loop.callbacks if isinstance(c, CheckpointCallback)), None)
-            self.reported = self.checkpoints.saved_step if self.checkpoints else None
-            connection.send(Started(loop.step))
-
-        def on_train_step_end(self, loop: Any) -> None:
-            if beacon is not None:
-                beacon.step_done(loop.step)
-            if not self.healthy:
-                self.healthy = True
-                connection.send(Healthy(loop.step))
-            self._report_saved_checkpoint()
-
-        def on_fit_end(self, loop: Any) -> None:  # after the writer's flush (order 10 < 20)
-            self._mark()
-            self._report_saved_checkpoint()
-
-        def on_eval_start(self, loop: Any) -> None:
-            self._mark()
-
-        def on_checkpoint(self, loop: Any) -> None:
-            self._mark()
-
-        def _mark(self) -> None:
-            if beacon is not None:
-                beacon.mark()
-
-        def _report_saved_checkpoint(self) -> None:
-            if self.checkpoints is not None and self.checkpoints.saved_step != self.reported:
-                self.reported = self.checkpoints.saved_step
-                connection.send(CheckpointSaved(self.reported))
-
-        def on_eval_end(self, loop: Any) -> None:
-            self._mark()
-            value = loop.last_eval.get(metric)
-            if value is not None:
-                connection.send(Evaluated(loop.step, float(value)))
-
-    return PipeReporter()
+    return PipeReporter(connection, metric, beacon)
 
 
 def _redirect_output(run_dir: Path) -> None:

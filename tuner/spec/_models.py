@@ -94,6 +94,12 @@ class TrainingSpec(_Model):
     # the global batch, split evenly across them
     processes_per_trial: PositiveInt = 1
     sync_batch_norm: bool = False  # SyncBatchNorm in the forward pass (only with processes_per_trial > 1)
+    # one trial on N machines, processes_per_trial ranks on each, started by torchrun agents
+    # (tuner.train.node_launchers): "local" is one machine without torchrun
+    nodes: PositiveInt = 1
+    launcher: Literal["local", "torchrun", "slurm", "command"] = "local"
+    launch_command: str | None = None  # launcher "command": run once per node, holds {torchrun}
+    rendezvous_host: str | None = None  # launcher "command": node 0's host (default: this machine)
     # DataLoader worker processes producing the step-indexed batches (0: on the training thread)
     data_workers: NonNegativeInt = 0
     prefetch_batches: PositiveInt = 2  # batches each data worker prepares ahead
@@ -112,11 +118,39 @@ class TrainingSpec(_Model):
 
     @model_validator(mode="after")
     def _batch_splits_across_processes(self) -> TrainingSpec:
-        if self.batch_size % self.processes_per_trial:
+        ranks = self.processes_per_trial * self.nodes
+        if self.batch_size % ranks:
+            across = f"processes_per_trial {self.processes_per_trial}" + (
+                f" x nodes {self.nodes} = {ranks} ranks" if self.nodes > 1 else ""
+            )
             raise ValueError(
                 f"batch_size {self.batch_size} is the global batch and must split evenly across "
-                f"processes_per_trial {self.processes_per_trial} (each process trains on an equal share)"
+                f"{across} (each process trains on an equal share)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _nodes_have_a_launcher(self) -> TrainingSpec:
+        if self.nodes > 1 and self.launcher == "local":
+            raise ValueError(
+                f"nodes {self.nodes} needs a launcher that starts each node's ranks: "
+                "torchrun, slurm or command"
+            )
+        if self.launcher == "command":
+            if not self.launch_command or "{torchrun}" not in self.launch_command:
+                raise ValueError(
+                    "launcher command needs launch_command, run once per node, holding {torchrun} "
+                    "(e.g. 'ssh node{node} {torchrun}')"
+                )
+            try:
+                self.launch_command.format(
+                    torchrun="", node=0, nodes=1, rdzv_endpoint="", rdzv_id="", attempt_dir=""
+                )
+            except (KeyError, IndexError, ValueError) as error:
+                raise ValueError(
+                    f"launch_command: unknown placeholder {error} (known: {{torchrun}}, {{node}}, {{nodes}}, "
+                    "{rdzv_endpoint}, {rdzv_id}, {attempt_dir})"
+                ) from None
         return self
 
     @property

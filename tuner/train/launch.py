@@ -105,7 +105,7 @@ def _portable(error: BaseException) -> BaseException | None:
         return None
 
 
-class _LineStream(io.TextIOBase):
+class LineStream(io.TextIOBase):
     """A rank's stdout / stderr: whole lines, each written in one call and flushed at once.
 
     The ranks share the terminal (or the pipe of whoever started ``tuner train``). ``print``
@@ -155,6 +155,23 @@ class _LineStream(io.TextIOBase):
         return self.stream.encoding
 
 
+def describe_failure(error: BaseException, rank: int) -> RankFailure:
+    """How ``rank`` failed, told to its launcher (called in the ``except`` that caught ``error``)."""
+    from tuner.train.workload_errors import is_out_of_memory
+
+    interrupted = isinstance(error, KeyboardInterrupt)
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:500]
+    return RankFailure(
+        rank=rank,
+        text=first if isinstance(error, TunerError) else f"{type(error).__name__}: {first}",
+        traceback=traceback.format_exc(),
+        error=_portable(error),
+        secondary=not interrupted and _is_collective_failure(error),
+        interrupted=interrupted,
+        out_of_memory=is_out_of_memory(error),
+    )
+
+
 def _rank_main(
     target: Callable[[Ranks], Any],
     ranks: Ranks,
@@ -171,7 +188,7 @@ def _rank_main(
     a one-process run there (``KeyboardInterrupt``: the rank reports itself interrupted, never
     killed); training installs its clean stop; after the work is done, one is ignored.
     """
-    signal.signal(signal.SIGTERM, _interrupt_now)
+    signal.signal(signal.SIGTERM, interrupt_now)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C comes through the launcher
     die_with_parent(signal.SIGKILL, parent_pid)
     os.setpgid(0, 0)  # out of the terminal's process group: signals come through the launcher
@@ -182,8 +199,8 @@ def _rank_main(
         LOCAL_WORLD_SIZE=str(ranks.world_size),
     )
     prefix = "" if ranks.is_main else f"[rank {ranks.rank}] "
-    sys.stdout = _LineStream(sys.stdout, prefix)  # type: ignore[assignment]
-    sys.stderr = _LineStream(sys.stderr, prefix)  # type: ignore[assignment]
+    sys.stdout = LineStream(sys.stdout, prefix)  # type: ignore[assignment]
+    sys.stderr = LineStream(sys.stderr, prefix)  # type: ignore[assignment]
     code = 1
     try:
         # inside the try: a stop held back while the rank started is delivered here, and is
@@ -205,21 +222,8 @@ def _rank_main(
         code = 0
     except BaseException as error:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ending already: a second stop must not cut the report
-        from tuner.train.workload_errors import is_out_of_memory
-
-        interrupted = isinstance(error, KeyboardInterrupt)
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:500]
-        failure = RankFailure(
-            rank=ranks.rank,
-            text=first if isinstance(error, TunerError) else f"{type(error).__name__}: {first}",
-            traceback=traceback.format_exc(),
-            error=_portable(error),
-            secondary=not interrupted and _is_collective_failure(error),
-            interrupted=interrupted,
-            out_of_memory=is_out_of_memory(error),
-        )
         with contextlib.suppress(Exception):
-            connection.send_bytes(_dumps(("failed", failure)))
+            connection.send_bytes(_dumps(("failed", describe_failure(error, ranks.rank))))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -280,7 +284,7 @@ def launch(
             process.join()
         shutil.rmtree(folder, ignore_errors=True)
     if failures:
-        raise _cause(failures)
+        raise cause_of(failures)
     return results[0]
 
 
@@ -313,7 +317,7 @@ def _forward_stop_signals(
             signal.signal(sig, handler)
 
 
-def _interrupt_now(signum: int, frame: Any) -> None:
+def interrupt_now(signum: int, frame: Any) -> None:
     """A rank's stop before (or between) the trainer's own handler: an interrupt, reported as one."""
     raise KeyboardInterrupt
 
@@ -354,7 +358,7 @@ def _wait_for_ranks(
     return results, failures
 
 
-def _cause(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
+def cause_of(failures: dict[int, RankFailure | RankKilled]) -> BaseException:
     """The failure that explains the others (see the module docstring), with every traceback."""
 
     def precedence(item: tuple[int, RankFailure | RankKilled]) -> tuple[int, int]:

@@ -144,6 +144,8 @@ class Trainer:
                 # several processes agree on a stop inside the step (see train_step)
                 if self._stop_requested is not None and not self.ranks.distributed:
                     raise StopTraining(self._stop_requested, self.stop_message)
+                if self._agreed_stop == STOP_WITH_CHECKPOINT:  # agreed in the step just finished
+                    raise StopTraining(self._stop_requested or StopReason.INTERRUPTED, self.stop_message)
                 self.train_step()
                 if self.evaluator is not None and should_eval(
                     self.step, self.eval_every, self.max_train_steps
@@ -198,10 +200,12 @@ class Trainer:
             self.last_loss = loss.item()
         if not math.isfinite(self.last_loss):
             raise StopTraining(StopReason.DIVERGED, f"loss is {self.last_loss} at step {self.step + 1}")
-        if self._agreed_stop != NO_STOP:  # before the optimizer step: this step is not taken
-            with_checkpoint = self._agreed_stop == STOP_WITH_CHECKPOINT
-            default = StopReason.INTERRUPTED if with_checkpoint else StopReason.STOPPED
-            raise StopTraining(self._stop_requested or default, self.stop_message)
+        if self._agreed_stop == STOP:  # before the optimizer step: this step is not taken
+            raise StopTraining(self._stop_requested or StopReason.STOPPED, self.stop_message)
+        # A stop with a checkpoint (a Ctrl-C, a preemption) finishes this step first: its forward
+        # already drew from the RNGs and moved the batch-norm statistics, so a checkpoint taken
+        # without the step would hold a state no uninterrupted run passes through, and the resume
+        # would not be exact. The loop stops at its next turn, after this step's eval if one is due.
         if self.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip_norm)
         self.optimizer.step()

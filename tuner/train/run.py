@@ -31,6 +31,7 @@ from tuner.train.events import Callback, StopReason
 from tuner.train.launch import launch
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
 from tuner.train.loop import Trainer
+from tuner.train.nodes import run_on_nodes
 from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
@@ -103,6 +104,9 @@ def run_training(
         prepare_run_dir(run_dir, spec, command)
         job = _RunJob(spec, run_dir, base_dir, schedule, console, list(extra_callbacks), data_seed, progress)
         try:
+            if training.launcher != "local":  # torchrun agents, on one node or several
+                _check_sync_batch_norm(training)
+                return run_on_nodes(job, run_rank, stop_signals)
             if training.processes_per_trial == 1:
                 return _run(job, stop_signals)
             return _run_ranks(job, start_method)
@@ -175,19 +179,14 @@ class _RunJob:
 def _run_ranks(job: _RunJob, start_method: str) -> RunResult:
     """Launch ``processes_per_trial`` ranks of ``_run``; rank 0's result, its callbacks' state here."""
     training = job.spec.training
-    device = resolve_device(training.device)
-    if training.sync_batch_norm and device.type != "cuda":
-        raise UsageError(
-            "training.sync_batch_norm needs CUDA devices (torch's SyncBatchNorm has no CPU version); "
-            "on CPU the ranks' batch-norm statistics are averaged before every eval and checkpoint"
-        )
+    device = _check_sync_batch_norm(training)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl":
         start_method = "spawn"  # a CUDA context does not survive a fork
     if start_method == "spawn":
         job = dataclasses.replace(job, console=None)  # a terminal does not pickle; rank 0 opens stderr
     result, states = launch(
-        functools.partial(_rank_run, job),
+        functools.partial(run_rank, job),
         training.processes_per_trial,
         backend=backend,
         start_method=start_method,
@@ -199,7 +198,17 @@ def _run_ranks(job: _RunJob, start_method: str) -> RunResult:
     return result
 
 
-def _rank_run(job: _RunJob, ranks: Ranks) -> tuple[RunResult | None, dict[str, Any]]:
+def _check_sync_batch_norm(training: Any) -> torch.device:
+    device = resolve_device(training.device)
+    if training.sync_batch_norm and device.type != "cuda":
+        raise UsageError(
+            "training.sync_batch_norm needs CUDA devices (torch's SyncBatchNorm has no CPU version); "
+            "on CPU the ranks' batch-norm statistics are averaged before every eval and checkpoint"
+        )
+    return device
+
+
+def run_rank(job: _RunJob, ranks: Ranks) -> tuple[RunResult | None, dict[str, Any]]:
     """One rank's run; its errors are blamed on the workload here, where the traceback is."""
     try:
         result = _run(job, (signal.SIGTERM,), ranks)

@@ -1,0 +1,201 @@
+"""A trial across several machines (``training.nodes``), through the real launcher agents.
+
+Two ``torchrun`` agents on 127.0.0.1 stand for two machines: each starts its node's ranks, they
+meet through a c10d rendezvous, and the ranks train with gloo. Everything else is the real path:
+the owner (``tuner train``, or a worker's trial process) never trains, rank 0 alone writes the
+run folder, and they talk through the attempt's files (``tuner.train.node_files``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._processes import descendants, finish, wait_for
+from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner
+from tests.train_tests.test_distributed import _losses, ddp_study
+from tuner.errors import UsageError
+from tuner.spec import load_study
+from tuner.train.node_files import NodeAttempt
+from tuner.train.node_launchers import agent_commands
+
+RUN = Path("runs") / "ddp" / "train" / "run-001"
+
+
+def _agents(pid: int) -> list[int]:
+    """The torchrun agents below ``pid``."""
+    found = []
+    for child in descendants(pid):
+        try:
+            words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tuner.train.node_agent" in words:
+            found.append(child)
+    return found
+
+
+def test_two_nodes_stopped_with_ctrl_c_resume_to_the_losses_of_one_machine(tmp_path: Path) -> None:
+    """A 2-node x 1-rank run is the same computation as a 2-process run on one machine: a Ctrl-C
+    (the owner's stop file: every rank stops at one step, with a checkpoint), then the same
+    command again, gives those losses to the bit. The agents are started by the ``command``
+    launcher (a user's template, here the agent itself)."""
+    local = ddp_study(tmp_path / "local")
+    done = run_tuner("train", str(local), "--output-dir", str(tmp_path / "local" / "runs"), "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = _losses(tmp_path / "local" / RUN)
+
+    study = ddp_study(
+        tmp_path / "nodes",
+        {"step_sleep_s": 0.25},
+        nodes=2,
+        processes_per_trial=1,
+        launcher="command",
+        launch_command="exec {torchrun}",
+        rendezvous_host="127.0.0.1",
+    )
+    args = ("train", str(study), "--output-dir", str(tmp_path / "nodes" / "runs"), "--no-progress")
+    command = start_tuner(*args)
+    run_dir = tmp_path / "nodes" / RUN
+    metrics = run_dir / "metrics.csv"
+    wait_for(lambda: metrics.exists() and "\n9," in metrics.read_text(), what="row 9", process=command)
+    assert len(_agents(command.pid)) == 2
+    command.send_signal(signal.SIGINT)  # Ctrl-C
+    output, _ = finish(command, lambda: metrics.stat().st_size, what="the interrupted run")
+    assert command.returncode == 130, output
+    stopped_at = _losses(run_dir)[-1][0]
+    assert 8 < stopped_at < 24
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resumed from step {stopped_at}" in again.stdout
+    assert _losses(run_dir) == expected
+    # one writer (rank 0): one row per step; rank 1's words reach the user, marked
+    assert [step for step, _ in _losses(run_dir)] == list(range(1, 25))
+    assert "[rank 1] built the model" in again.stdout + again.stderr
+    assert not (run_dir / ".nodes").exists()  # each attempt's folder goes with it
+
+
+def test_a_node_lost_mid_trial_fails_the_attempt_and_the_retry_resumes_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of node 1's agent at step 14 (its rank does it): the rank dies with its agent, the
+    other fails in its next collective, and the trial is recorded killed; the retry (a new
+    rendezvous) resumes from the step-8 checkpoint."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    options = {"fail_rank": 1, "fail_at_step": 14, "fail": "kill_agent", "marker_dir": str(markers)}
+    study = ddp_study(tmp_path, options, nodes=2, processes_per_trial=1, launcher="torchrun")
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(tmp_path / "runs")
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(tmp_path / "runs", "ddp"), "ddp").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[0].user_attrs["failure_reason"] == "killed"
+    error_log = tmp_path / "runs" / "ddp" / "round-1" / "trial-0000" / "error.log"
+    assert "the agent of node 1 was killed by SIGKILL" in error_log.read_text()
+    assert trials[1].user_attrs["resumed_from_step"] == 8
+    assert not list((tmp_path / "runs").rglob(".nodes"))  # every attempt's folder went with it
+
+
+def test_ranks_whose_agent_outlives_its_command_end_with_the_attempt(tmp_path: Path) -> None:
+    """An agent the owner cannot kill (``kubectl exec`` or ``ssh`` killed leave the remote command
+    running): here the command returns at 6 s, leaving its agent behind. The attempt fails in one
+    line, its folder goes, and the orphaned rank sees that and ends; its agent follows."""
+    study = ddp_study(
+        tmp_path,
+        {"step_sleep_s": 1.0},
+        processes_per_trial=1,
+        launcher="command",
+        launch_command="{torchrun} & sleep 6",
+    )
+    done = run_tuner("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
+    assert done.returncode == 1
+    assert "the nodes' launcher ended before any rank reported" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+    def leftovers() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and str(tmp_path).encode() in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+        return found
+
+    wait_for(lambda: not leftovers(), what="the orphaned agent and rank to end")
+
+
+# -- the commands each launcher runs, and what the study file may say -----------------------------
+
+
+def _training(tmp_path: Path, **training: object):
+    return load_study(ddp_study(tmp_path, None, **training)).spec.training
+
+
+def test_the_command_launcher_runs_the_template_once_per_node_with_the_agent_quoted(tmp_path: Path) -> None:
+    training = _training(
+        tmp_path,
+        nodes=2,
+        processes_per_trial=4,
+        batch_size=16,
+        launcher="command",
+        launch_command="ssh gpu-{node} {torchrun}",
+        rendezvous_host="gpu-0",
+    )
+    attempt = NodeAttempt.create(tmp_path / "run dir")
+    commands = agent_commands(training, attempt)
+    assert [c.shell.split()[:2] for c in commands] == [["ssh", "gpu-0"], ["ssh", "gpu-1"]]
+    agent = shlex.split(commands[0].shell)[2:]
+    assert agent[:3] == [sys.executable, "-m", "tuner.train.node_agent"]
+    assert "--nnodes=2" in agent and "--nproc-per-node=4" in agent and "--max-restarts=0" in agent
+    assert f"--rdzv-id={attempt.attempt_id}" in agent and "--rdzv-backend=c10d" in agent
+    endpoint = next(a for a in agent if a.startswith("--rdzv-endpoint="))
+    assert endpoint.startswith("--rdzv-endpoint=gpu-0:")
+    assert agent[-3:] == ["-m", "tuner.train.node_rank", str(attempt.folder)]  # a space survives the shell
+    assert NodeAttempt.create(tmp_path / "run dir").attempt_id != attempt.attempt_id  # a new id per attempt
+
+
+def test_the_slurm_launcher_runs_one_agent_per_node_of_the_allocation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    training = _training(tmp_path, nodes=2, processes_per_trial=2, batch_size=16, launcher="slurm")
+    attempt = NodeAttempt.create(tmp_path)
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    with pytest.raises(UsageError, match="inside a Slurm allocation"):
+        agent_commands(training, attempt)
+    if not (Path("/usr/bin/scontrol").exists()):
+        pytest.skip("scontrol (slurm-wlm) is not installed: the head node cannot be worked out")
+    conf = tmp_path / "slurm.conf"  # scontrol expands a node list with no daemon, given a config
+    conf.write_text(
+        "ClusterName=t\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=p Nodes=localhost\n"
+    )
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[3-4]")
+    (command,) = agent_commands(training, attempt)
+    assert command.argv[0].endswith("srun")
+    assert command.argv[1:5] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert any(a.startswith("--rdzv-endpoint=gpu-3:") for a in command.argv)
+
+
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"nodes": 2}, "nodes 2 needs a launcher that starts each node's ranks"),
+        ({"launcher": "command"}, "launcher command needs launch_command"),
+        ({"launcher": "command", "launch_command": "ssh {host} {torchrun}"}, "unknown placeholder 'host'"),
+        ({"nodes": 3, "launcher": "torchrun", "processes_per_trial": 2}, "x nodes 3 = 6 ranks"),
+    ],
+)
+def test_validate_refuses_a_multi_node_study_it_cannot_run(
+    tmp_path: Path, training: dict, message: str
+) -> None:
+    study = ddp_study(tmp_path, None, **{"processes_per_trial": 1, **training})
+    done = run_tuner("validate", str(study))
+    assert done.returncode == 2
+    assert message in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
