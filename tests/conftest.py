@@ -49,6 +49,7 @@ SLOWEST_FILES = (
     "cli_tests/test_tune.py",
     "orchestrate_tests/test_scale.py",
     "orchestrate_tests/test_chaos.py",
+    "train_tests/test_nodes.py",  # torchrun agents and their ranks: 5 torch processes an attempt
     "orchestrate_tests/test_preemption.py",
     "orchestrate_tests/test_failure_reasons.py",
     "orchestrate_tests/test_storage_outage.py",
