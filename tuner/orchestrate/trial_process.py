@@ -50,13 +50,14 @@ class TrialJob:
 # what every trial imports, imported by its worker first (run-round's zygote imports them once
 # for all its workers): ``torch.optim`` imports ``torch._dynamo`` on the first step and
 # ``zero_grad``, ``torch.save`` ``torch.utils.serialization``, an optimizer step the profiler's
-# CUPTI monitor; ``tuner.train.run`` is the whole engine
+# CUPTI monitor; ``tuner.train.run`` is the whole engine, ``trial_reporter`` its callback to the worker
 ENGINE_MODULES = (
     "torch._dynamo",
     "torch.optim",
     "torch.utils.serialization",
     "torch.profiler._cupti_monitor",
     "tuner.train.run",
+    "tuner.orchestrate.trial_reporter",
 )
 
 
