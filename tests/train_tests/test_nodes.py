@@ -130,6 +130,29 @@ def test_ranks_whose_agent_outlives_its_command_end_with_the_attempt(tmp_path: P
     wait_for(lambda: not leftovers(), what="the orphaned agent and rank to end")
 
 
+def test_ctrl_c_while_the_agents_wait_for_a_node_that_never_comes_ends_at_once(tmp_path: Path) -> None:
+    """Node 1 never starts its agent (its command only sleeps): node 0's agent waits in the
+    rendezvous (torchrun's join timeout is 10 minutes). A Ctrl-C then stops the agents directly,
+    as no rank trains yet to see the stop file: exit 130, the run `interrupted`, re-runnable."""
+    study = ddp_study(
+        tmp_path,
+        None,
+        nodes=2,
+        processes_per_trial=1,
+        launcher="command",
+        launch_command="if [ {node} = 0 ]; then exec {torchrun}; else exec sleep 600; fi",
+        rendezvous_host="127.0.0.1",
+    )
+    command = start_tuner("train", str(study), "--output-dir", str(tmp_path / "runs"), "--no-progress")
+    wait_for(lambda: len(_agents(command.pid)) == 1, what="node 0's agent", process=command)
+    command.send_signal(signal.SIGINT)
+    status = tmp_path / RUN / "status.json"
+    output, _ = finish(command, lambda: status.exists(), what="the stopped run")
+    assert command.returncode == 130, output
+    assert '"status": "interrupted"' in status.read_text()
+    assert "Traceback" not in output
+
+
 # -- the commands each launcher runs, and what the study file may say -----------------------------
 
 

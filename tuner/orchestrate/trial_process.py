@@ -82,9 +82,8 @@ def warm_up(spec: StudySpec, base_dir: Path) -> None:
 
 
 def _reporter(connection: Any, metric: str, beacon: ProgressBeacon | None) -> Any:
-    from tuner.orchestrate.trial_reporter import (
-        PipeReporter,
-    )  # imports the engine: the child's, not the worker's
+    # imports the engine: here in the child, not when the worker imports this module
+    from tuner.orchestrate.trial_reporter import PipeReporter
 
     return PipeReporter(connection, metric, beacon)
 

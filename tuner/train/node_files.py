@@ -87,6 +87,11 @@ class NodeAttempt:
         return self.folder / "stop"
 
     @property
+    def training(self) -> Path:
+        """Touched by rank 0 when its training loop starts (the ranks have met)."""
+        return self.folder / "training"
+
+    @property
     def limit(self) -> Path:
         return self.folder / "limit"
 
@@ -187,12 +192,16 @@ class FileStepLimit:
 class StopFileCheck(Callback):
     """Rank 0's callback: the owner's stop file becomes a clean stop (a checkpoint, status
     ``interrupted``), exactly what a Ctrl-C of a one-machine run does. Looked for at most every
-    ``STOP_POLL_S`` seconds of training, not at every step."""
+    ``STOP_POLL_S`` seconds of training, not at every step. It also says when training starts
+    (``NodeAttempt.training``): before that, the owner stops the agents directly."""
 
     order = 30
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.next_look = Path(path), 0.0
+    def __init__(self, attempt: NodeAttempt) -> None:
+        self.path, self.training, self.next_look = attempt.stop, attempt.training, 0.0
+
+    def on_fit_start(self, loop: Any) -> None:
+        self.training.touch()
 
     def on_train_step_end(self, loop: Any) -> None:
         now = time.monotonic()

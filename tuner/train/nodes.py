@@ -60,9 +60,6 @@ class NodeLost(RankKilled):
         super().__init__(node, signum)
         self.args = (f"the agent of node {node} was killed by {signal.Signals(signum).name}",)
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.rank, self.signum))
 
@@ -75,7 +72,7 @@ def run_on_nodes(job: Any, rank_target: Callable[[Any, Any], Any], stop_signals:
     bridged = [c for c in own if isinstance(c, CrossNodeCallback)]
     travelling = [c.for_rank_zero(attempt) if isinstance(c, CrossNodeCallback) else c for c in own]
     remote = dataclasses.replace(
-        job, console=None, progress=False, extra_callbacks=[*travelling, StopFileCheck(attempt.stop)]
+        job, console=None, progress=False, extra_callbacks=[*travelling, StopFileCheck(attempt)]
     )
     agents: list[subprocess.Popen[bytes]] = []
     try:
@@ -152,7 +149,12 @@ def _failure(
 ) -> BaseException:
     """What ended the gang without a result (see the module docstring)."""
     failures: dict[int, Any] = attempt.failures()
-    lost = [(node, -code) for node, code in enumerate(codes) if code < 0 and node not in killed]
+    # an agent dead of a signal this process did not send (killed after the grace, or a stop)
+    lost = [
+        (node, -code)
+        for node, code in enumerate(codes)
+        if code < 0 and node not in killed and not interrupted
+    ]
     # a node lost explains the failed collectives of the others, not a rank's own error
     if lost and all(isinstance(f, RankKilled) or f.secondary for f in failures.values()):
         node, signum = lost[0]
@@ -173,8 +175,10 @@ def _failure(
 def _stop_file_on_signals(
     attempt: NodeAttempt, agents: list[subprocess.Popen[bytes]], signals: Sequence[int]
 ) -> Iterator[list[int]]:
-    """The first stop signal writes the stop file (a clean stop at an agreed step); a second one
-    sends SIGTERM to every agent (torchrun passes it to its ranks: a stop now)."""
+    """The first stop signal writes the stop file (a clean stop at an agreed step); a second one,
+    or the first before the ranks train (agents waiting in the rendezvous for a node that may
+    never come, ranks importing), sends SIGTERM to every agent: torchrun passes it to its ranks,
+    which stop at once (an interrupt before training)."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -183,7 +187,7 @@ def _stop_file_on_signals(
     def handler(signum: int, frame: Any) -> None:
         received.append(signum)
         attempt.request_stop()
-        if len(received) > 1:
+        if len(received) > 1 or not attempt.training.exists():
             for agent in agents:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(agent.pid, signal.SIGTERM)
