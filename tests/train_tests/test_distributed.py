@@ -195,12 +195,13 @@ def test_a_stopped_two_process_run_resumes_to_the_same_losses(
 
 
 # -- trials of several processes ---------------------------------------------------------------
-def test_a_killed_rank_is_a_killed_trial_and_the_retry_resumes_every_rank(tmp_path: Path) -> None:
+def killed_at_step_14_then_resumed(tmp_path: Path, fail: str, **training: Any) -> None:
+    """A round-1 trial whose rank 1 does ``fail`` once at step 14 (``ddp_workload``): recorded
+    killed, and its retry resumed from the step-8 checkpoint, by every rank."""
     markers = tmp_path / "markers"
     markers.mkdir()
-    study = ddp_study(
-        tmp_path, {"fail_rank": 1, "fail_at_step": 14, "fail": "kill", "marker_dir": str(markers)}
-    )
+    options = {"fail_rank": 1, "fail_at_step": 14, "fail": fail, "marker_dir": str(markers)}
+    study = ddp_study(tmp_path, options, **training)
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(tmp_path / "runs")
     )
@@ -208,7 +209,11 @@ def test_a_killed_rank_is_a_killed_trial_and_the_retry_resumes_every_rank(tmp_pa
     trials = load_phase(sqlite_url(tmp_path / "runs", "ddp"), "ddp").trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
     assert trials[0].user_attrs["failure_reason"] == "killed"
-    assert trials[1].user_attrs["resumed_from_step"] == 8  # the step-8 checkpoint, by every rank
+    assert trials[1].user_attrs["resumed_from_step"] == 8
+
+
+def test_a_killed_rank_is_a_killed_trial_and_the_retry_resumes_every_rank(tmp_path: Path) -> None:
+    killed_at_step_14_then_resumed(tmp_path, "kill")
 
 
 def test_validate_refuses_a_batch_that_does_not_split_across_the_processes(tmp_path: Path) -> None:
