@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests._processes import descendants, finish, wait_for
-from tests.orchestrate_tests.conftest import run_tuner, start_tuner
+from tests.orchestrate_tests.conftest import run_tuner, start_tuner, tuner_env
 from tests.train_tests.test_distributed import _losses, ddp_study, killed_at_step_14_then_resumed
 from tuner.errors import UsageError
 from tuner.spec import load_study
@@ -213,3 +213,19 @@ def test_validate_refuses_a_multi_node_study_it_cannot_run(
     assert done.returncode == 2
     assert message in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", ["worker", "run-round"])
+def test_a_slurm_launcher_outside_an_allocation_is_refused_before_anything_starts(
+    tmp_path: Path, command: str
+) -> None:
+    """Every trial would fail alike (each spending a retry): the worker, and run-round (which
+    starts workers where it runs), refuse it in one line, and run-round creates nothing."""
+    study = ddp_study(tmp_path, None, nodes=2, processes_per_trial=1, launcher="slurm")
+    args = ["--phase", "round-1"] if command == "worker" else ["--round", "1"]
+    env = {k: v for k, v in tuner_env().items() if not k.startswith("SLURM_")}
+    done = run_tuner(command, str(study), *args, "--output-dir", str(tmp_path / "runs"), env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "training.launcher slurm: this is not inside a Slurm allocation" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -169,6 +169,9 @@ def run_phase(
     )
     if gpus:
         check_devices(gpus)  # before anything is created: a refused run leaves nothing behind
+    from tuner.train.node_launchers import check_launcher_here
+
+    check_launcher_here(spec.training)  # its local workers would each fail every trial
 
     def command_for(worker: LocalWorker) -> list[str]:
         words = [sys.executable, "-m", "tuner", "worker", str(request.path), "--phase", request.phase]

@@ -152,6 +152,9 @@ def worker(
     from tuner.orchestrate.pool import check_worker_settings
 
     check_worker_settings()  # before any connection: a typo in a deployment shows at once
+    from tuner.train.node_launchers import check_launcher_here
+
+    check_launcher_here(loaded.spec.training)
     from tuner.cli._phase_view import trial_line
     from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
     from tuner.orchestrate.trial_process import warm_up

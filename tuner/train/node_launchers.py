@@ -105,6 +105,26 @@ def agent_commands(training: TrainingSpec, attempt: NodeAttempt) -> list[AgentCo
     raise UsageError(f"training.launcher {kind!r} does not start nodes (use torchrun, slurm or command)")
 
 
+def check_launcher_here(training: TrainingSpec) -> None:
+    """Refuse, before anything starts, a launcher that cannot start a gang from this process:
+    ``slurm`` outside an allocation, or in one with fewer nodes than ``training.nodes`` (every
+    trial would fail the same way, each spending a retry)."""
+    if training.launcher != "slurm":
+        return
+    if not os.environ.get("SLURM_JOB_NODELIST"):
+        raise UsageError(
+            "training.launcher slurm: this is not inside a Slurm allocation (SLURM_JOB_NODELIST is "
+            f"not set); run the worker in one: sbatch --nodes={training.nodes} ... "
+            "(examples/slurm/multinode-trial.sbatch)"
+        )
+    allocated = os.environ.get("SLURM_JOB_NUM_NODES", "")
+    if allocated.isdigit() and int(allocated) < training.nodes:
+        raise UsageError(
+            f"training.nodes is {training.nodes}, but this Slurm allocation has {allocated} "
+            f"node{'s' if allocated != '1' else ''}: sbatch --nodes={training.nodes}"
+        )
+
+
 def free_port() -> int:
     """A TCP port free on this machine now (the agent that hosts the rendezvous binds it)."""
     with socket.socket() as probe:
