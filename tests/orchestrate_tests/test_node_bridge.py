@@ -58,3 +58,15 @@ def test_the_outpaced_limit_reaches_rank_zero_whenever_the_worker_changes_it(tmp
     limit.set(None)
     owner.on_owner_poll(attempt, [])
     assert rank_zero.limit.step is None
+
+
+def test_a_new_attempt_removes_the_folder_an_owner_killed_before_its_end_left(tmp_path: Path) -> None:
+    """Ranks left on another machine by an owner killed with SIGKILL watch their attempt's folder;
+    the next attempt of the run (its owner holds the run folder's lock) removes it, so they end."""
+    killed = NodeAttempt.create(tmp_path)
+    (killed.folder / "job.pkl").write_bytes(b"...")
+    retry = NodeAttempt.create(tmp_path)
+    assert not killed.folder.exists() and retry.folder.is_dir()
+    assert retry.attempt_id != killed.attempt_id
+    retry.remove()
+    assert not (tmp_path / ".nodes").exists()

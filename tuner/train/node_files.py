@@ -65,8 +65,14 @@ class NodeAttempt:
 
     @classmethod
     def create(cls, run_dir: Path) -> NodeAttempt:
-        attempt_id = f"tuner-{uuid.uuid4().hex[:16]}"
-        folder = Path(run_dir) / NODES_FOLDER / attempt_id
+        """A new attempt's folder. The caller holds the run folder's lock, so no other attempt of
+        this run is alive: an earlier one's folder (its owner was killed before it could remove
+        it) goes, and the ranks it may have left on other machines end (``node_rank``)."""
+        nodes = Path(run_dir) / NODES_FOLDER
+        if nodes.is_dir():
+            for earlier in nodes.iterdir():
+                shutil.rmtree(earlier, ignore_errors=True)
+        folder = nodes / f"tuner-{uuid.uuid4().hex[:16]}"
         folder.mkdir(parents=True, mode=0o700)
         return cls(folder)
 
