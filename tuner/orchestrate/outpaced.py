@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.train.events import Callback, StopReason, StopTraining
+from tuner.train.node_files import FileStepLimit
 
 REFRESH_S = 2.0  # the worker re-reads the limit this often, besides at each of its child's evals
 _NONE = -1
@@ -51,22 +52,18 @@ class OutpacedCheck(Callback):
     def __init__(self, limit: StepLimit) -> None:
         self.limit = limit
         self.outpaced_at: int | None = None  # the limit the trial stopped at
+        self._written: int | None = None  # on several nodes: the limit last given to rank 0
         self.stopped = False
 
     # -- a trial on several nodes (tuner.train.nodes): rank 0 reads the limit from a file --------
     def for_rank_zero(self, attempt: Any) -> OutpacedCheck:
-        from tuner.train.node_files import FileStepLimit
-
-        shared = FileStepLimit(attempt.limit)
-        shared.set(self.limit.step)
         self._written = self.limit.step
-        return OutpacedCheck(shared)  # type: ignore[arg-type]
+        FileStepLimit(attempt.limit).set(self._written)
+        return OutpacedCheck(FileStepLimit(attempt.limit))  # type: ignore[arg-type]
 
     def on_owner_poll(self, attempt: Any, messages: list[Any]) -> None:
         step = self.limit.step
-        if step != getattr(self, "_written", None):
-            from tuner.train.node_files import FileStepLimit
-
+        if step != self._written:  # the worker moved it: rank 0 reads it at its next eval
             FileStepLimit(attempt.limit).set(step)
             self._written = step
 

@@ -75,19 +75,18 @@ def agent_commands(training: TrainingSpec, attempt: NodeAttempt) -> list[AgentCo
             for _ in range(training.nodes)
         ]
     if kind == "slurm":
-        head = slurm_head_node()
-        port = free_port() if _is_this_machine(head) else hashed_port(attempt.attempt_id)
+        check_launcher_here(training)
+        endpoint = _endpoint(slurm_head_node(), attempt)
         srun = shutil.which("srun") or "srun"
         argv = [
             srun, f"--nodes={training.nodes}", f"--ntasks={training.nodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1", f"--job-name={attempt.attempt_id}",
-            *torchrun_argv(training, attempt, f"{head}:{port}"),
+            *torchrun_argv(training, attempt, endpoint),
         ]  # fmt: skip
         return [AgentCommand(argv=argv)]
     if kind == "command":
         assert training.launch_command is not None  # the spec refuses a command launcher without one
-        host = training.rendezvous_host or socket.getfqdn()
-        endpoint = f"{host}:{free_port() if _is_this_machine(host) else hashed_port(attempt.attempt_id)}"
+        endpoint = _endpoint(training.rendezvous_host or socket.getfqdn(), attempt)
         agent = shlex.join(torchrun_argv(training, attempt, endpoint))
         return [
             AgentCommand(
@@ -139,14 +138,16 @@ def hashed_port(attempt_id: str) -> int:
     return low + int(hashlib.sha256(attempt_id.encode()).hexdigest(), 16) % (high - low)
 
 
+def _endpoint(host: str, attempt: NodeAttempt) -> str:
+    """``host:port`` of the rendezvous: a port free now where this machine hosts it, else one
+    spread by the attempt's id (``hashed_port``)."""
+    return f"{host}:{free_port() if _is_this_machine(host) else hashed_port(attempt.attempt_id)}"
+
+
 def slurm_head_node() -> str:
-    """The first node of the worker's Slurm allocation: where the rendezvous runs."""
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        raise UsageError(
-            "training.launcher slurm runs inside a Slurm allocation (sbatch or salloc with "
-            "--nodes=N): SLURM_JOB_NODELIST is not set here"
-        )
+    """The first node of the worker's Slurm allocation (``check_launcher_here`` has made sure
+    there is one): where the rendezvous runs."""
+    nodelist = os.environ["SLURM_JOB_NODELIST"]
     try:
         shown = subprocess.run(
             ["scontrol", "show", "hostnames", nodelist],
@@ -155,6 +156,11 @@ def slurm_head_node() -> str:
             check=True,
             timeout=60,
         ).stdout.split()
+    except subprocess.CalledProcessError as error:  # scontrol says why on stderr
+        said = (error.stderr.strip().splitlines() or [f"exit {error.returncode}"])[-1]
+        raise UsageError(
+            f"training.launcher slurm: scontrol show hostnames {nodelist} failed: {said}"
+        ) from None
     except (OSError, subprocess.SubprocessError) as error:
         raise UsageError(
             f"training.launcher slurm: scontrol show hostnames {nodelist} failed: {error}"
