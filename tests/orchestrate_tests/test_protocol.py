@@ -71,6 +71,41 @@ def test_a_claim_whose_acknowledgement_was_lost_is_found_not_repeated(tmp_path: 
     assert {t.state.name for t in trials} == {"RUNNING"}
 
 
+class FailsOnceWithoutLock:
+    """A real storage with no phase lock (as through Optuna's gRPC proxy) whose chosen method
+    fails once before it reaches the database (the connection was cut)."""
+
+    def __init__(self, storage: Any, method: str) -> None:
+        self._storage, self._method, self._failed = storage, method, False
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "url":
+            raise AttributeError(name)
+        real = getattr(self._storage, name)
+        if name != self._method or self._failed:
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from sqlalchemy.exc import OperationalError
+
+            self._failed = True
+            raise OperationalError("connection cut", {}, Exception("terminating connection"))
+
+        return call
+
+
+def test_without_a_lock_a_start_won_before_the_owner_write_failed_is_still_ours(tmp_path: Path) -> None:
+    """The start (the compare-and-set) succeeds, then the owner's write fails (a connection cut
+    through the proxy). The claim's retry must take that trial, not leave it RUNNING with nobody
+    training it (the reaper then failed it as ``killed``: a retry spent, test_chaos_postgres)."""
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(FailsOnceWithoutLock(storage, "set_trial_system_attr"), study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    (trial,) = study.get_trials()  # one trial, none orphaned
+    assert trial.state.name == "RUNNING" and trial.number == claimed.trial.number
+    assert trial.system_attrs.get("claim_owner") == trial.user_attrs.get("claim_token")
+
+
 def test_a_trial_beats_from_its_start_through_a_claim_whose_last_write_is_retried(tmp_path: Path) -> None:
     """The owner's write after the start hangs 4.5 s, then loses its acknowledgement (a
     connection that stalls, then drops): the claim takes longer than the heartbeat grace (2 s). A

@@ -10,12 +10,14 @@ Two things make a claim safe when the storage misbehaves:
   theirs, the last write stays, and the *other* one may win the start. So the winner of the
   start also writes ``OWNER_ATTR``; a RUNNING trial is ours if it names our token there, or, with
   no owner written yet, if it bears our token and every try of this claim held the lock (no
-  rival could have overwritten it). Through the gRPC proxy a start whose acknowledgement was
-  lost is then left alone: it carries our beat, goes stale and is retried (a slot is never
-  run twice; it may run a grace later). On PostgreSQL one case stays open: a rival whose lock
-  wait ran out (``locks.lock_wait_s``, 30 s) claims without the lock, so if it starts the trial
-  between our token and our start, our start's acknowledgement is lost, and we look before it
-  writes its owner (milliseconds), we take its trial too: three faults at once.
+  rival could have overwritten it), or if this claim won its start (the compare-and-set
+  returned True here; a later write of the claim, the owner's, may be what failed). Through the
+  gRPC proxy a start whose own acknowledgement was lost is then left alone: it carries our beat,
+  goes stale and is retried (a slot is never run twice; it may run a grace later). On
+  PostgreSQL one case stays open: a rival whose lock wait ran out (``locks.lock_wait_s``,
+  30 s) claims without the lock, so if it starts the trial between our token and our start,
+  our start's acknowledgement is lost, and we look before it writes its owner (milliseconds),
+  we take its trial too: three faults at once.
 - A PostgreSQL lock can be lost mid-claim (``locks.py``), and Optuna's gRPC storage proxy has
   no lock at all. A claim whose lock was lost, or never held, may have created a trial another
   worker created too (same slot and attempt). Of those, the lowest-numbered counts, by a rule
@@ -92,6 +94,9 @@ class Claimer:
         self.running = 0  # RUNNING trials of the phase as the last claim counted them
         self.beat_s = beat_s
         self._beating: dict[int, HeartbeatThread] = {}  # trial id -> its beat, until handed over
+        # trial ids whose start (the compare-and-set to RUNNING) this claim won: ours, whatever
+        # token a rival wrote since, even with no owner written (that write may be what failed)
+        self._won: set[int] = set()
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
@@ -107,6 +112,7 @@ class Claimer:
 
     def _claim(self, settings: PhaseSettings, window_started_at: float | None) -> Claimed | Decision:
         token = uuid.uuid4().hex  # once per claim: every retry of the claim looks for it
+        self._won = set()
         for _ in range(RECONCILE_ATTEMPTS):
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
             enqueued: list[int] = []  # retries this claim enqueued for trials a crash left without
@@ -147,6 +153,7 @@ class Claimer:
         with lost.watch(phase_lock(self.storage, self.study.study_name, bounded=True)):
             trials = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if _is_ours(t, token, trust_token=has_lock(self.storage) and not lost)]
+            mine = mine or self._started_here(trials, token)
             if mine:  # an earlier try of this claim got through: continue it, create nothing
                 return self._resume(mine[0], token)
             retries = enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
@@ -155,12 +162,29 @@ class Claimer:
                 trials = self.study.get_trials(deepcopy=False)
             return self._claim_new(counted(trials), settings, window_started_at, token)
 
+    def _started_here(self, trials: list[Any], token: str) -> list[Any]:
+        """The RUNNING trial an earlier try of this claim started (won the compare-and-set)
+        before a later write of it failed: without a lock its token proves nothing
+        (``_is_ours``), but the won start does. Left alone, it would go stale with nobody
+        training it, and the reaper would spend a retry on it (seen through the gRPC proxy with
+        connections cut: the owner's write after the start failed)."""
+        from optuna.trial import TrialState
+
+        if not self._won:
+            return []
+        candidates = [
+            t for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get(TOKEN_ATTR) == token
+        ]
+        return [t for t in candidates if adapter.trial_id(self.storage, self.study, t.number) in self._won]
+
     def _resume(self, trial: Any, token: str) -> Claimed | Decision:
         from optuna.trial import TrialState
 
         trial_id = adapter.trial_id(self.storage, self.study, trial.number)
         if trial.state == TrialState.RUNNING:
             self._keep_beating(trial_id)  # started by an earlier try (whose beat may have gone)
+            if trial_id in self._won and trial.system_attrs.get(OWNER_ATTR) != token:
+                self.storage.set_trial_system_attr(trial_id, OWNER_ATTR, token)  # what failed
             return Claimed(trial_id, self.storage.get_trial(trial_id))
         if self._start(trial_id, token):
             return Claimed(trial_id, self.storage.get_trial(trial_id))
@@ -220,6 +244,7 @@ class Claimer:
             record_beat(self.storage, trial_id)  # an attribute beat is refused on a finished trial
             if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
                 return False
+            self._won.add(trial_id)
             self._keep_beating(trial_id)  # before anything that may fail and be retried
             self.storage.set_trial_system_attr(trial_id, OWNER_ATTR, token)
             return True
