@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits, make_classification
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.workloads import Workload, WorkloadContext
 from tuner.workloads.char_lm import CharTransformer
+from tuner.workloads.digits_data import load_digits
+from tuner.workloads.stratified_split import stratified_split
 
 #: Fixes every workload's data (generation, split, label noise): never the study seed.
 SPLIT_SEED = 20261125
@@ -54,13 +54,10 @@ class Splits:
 
 def split_indices(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stratified ``(train, validation, test)`` example indices, seeded by :data:`SPLIT_SEED`."""
-    rest, test = train_test_split(
-        np.arange(len(y)), test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
-    )
-    train, val = train_test_split(
-        rest, test_size=VAL_FRACTION / (1 - TEST_FRACTION), random_state=SPLIT_SEED + 1, stratify=y[rest]
-    )
-    return train, val, test
+    first = stratified_split(y, TEST_FRACTION, SPLIT_SEED)
+    rest, test = first.train, first.held_out
+    second = stratified_split(y[rest], VAL_FRACTION / (1 - TEST_FRACTION), SPLIT_SEED + 1)
+    return rest[second.train], rest[second.held_out], test
 
 
 def three_way(x: np.ndarray, y: np.ndarray) -> Splits:
@@ -88,9 +85,9 @@ def _datasets(parts: Splits, split: str, shape: tuple[int, ...]) -> tuple[Tensor
 
 def digits_splits(label_noise: float = 0.0) -> Splits:
     """Digits pixels in [0, 1]; ``label_noise`` of the training labels moved to another class."""
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
+    pixels, labels = load_digits()
+    x = (pixels / 16.0).astype(np.float32)
+    y = labels.astype(np.int64)
     parts = three_way(x, y)
     if label_noise > 0:
         rng = np.random.default_rng(SPLIT_SEED)
@@ -124,6 +121,8 @@ def noisy_digits(ctx: WorkloadContext) -> Workload:
 
 
 def imbalanced_splits() -> Splits:
+    from sklearn.datasets import make_classification  # here: the digits workloads need no sklearn
+
     x, y = make_classification(
         n_samples=4000,
         n_features=20,

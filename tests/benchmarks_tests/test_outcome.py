@@ -22,7 +22,7 @@ NAMES = ("noisy_digits", "imbalanced", "char_lm", "longer_cnn")
 
 
 def test_test_examples_are_never_in_train_or_validation() -> None:
-    train, val, test = workloads.split_indices(workloads.load_digits().target)
+    train, val, test = workloads.split_indices(workloads.load_digits()[1])
     assert not set(test) & (set(train) | set(val))
     assert not set(train) & set(val)
     assert len(train) + len(val) + len(test) == 1797

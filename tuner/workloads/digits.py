@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.errors import WorkloadError
 from tuner.workloads._builtins import DIGITS_METRICS, DigitsCnnOptions, DigitsMlpOptions
 from tuner.workloads._interface import Workload, WorkloadContext
+from tuner.workloads.digits_data import load_digits
 from tuner.workloads.ghost_batch_norm import GhostBatchNorm
+from tuner.workloads.stratified_split import stratified_split
 
 NUM_CLASSES = 10
 _METRICS = DIGITS_METRICS
@@ -28,13 +28,14 @@ def load_split(val_fraction: float, seed: int) -> tuple[TensorDataset, TensorDat
     The split is stratified and seeded by the *study* seed so every trial of a study is
     scored on exactly the same validation images, whatever its data-order seed.
     """
-    digits = load_digits()
-    x = (digits.data / 16.0).astype(np.float32)  # raw pixels are 0..16
-    y = digits.target.astype(np.int64)
+    pixels, labels = load_digits()
+    x = (pixels / 16.0).astype(np.float32)  # raw pixels are 0..16
+    y = labels.astype(np.int64)
     try:
-        x_tr, x_va, y_tr, y_va = train_test_split(x, y, test_size=val_fraction, random_state=seed, stratify=y)
+        split = stratified_split(y, val_fraction, seed)
     except ValueError as exc:  # e.g. a val_fraction too small to hold one image per class
         raise WorkloadError(f"digits: cannot split with val_fraction={val_fraction}: {exc}") from exc
+    x_tr, x_va, y_tr, y_va = x[split.train], x[split.held_out], y[split.train], y[split.held_out]
     return (
         TensorDataset(torch.from_numpy(x_tr), torch.from_numpy(y_tr)),
         TensorDataset(torch.from_numpy(x_va), torch.from_numpy(y_va)),

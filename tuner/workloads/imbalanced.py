@@ -10,13 +10,13 @@ import math
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from tuner.errors import WorkloadError
 from tuner.workloads._builtins import IMBALANCED_METRICS, ImbalancedOptions
 from tuner.workloads._interface import Workload, WorkloadContext
+from tuner.workloads.stratified_split import stratified_split
 
 _METRICS = IMBALANCED_METRICS
 
@@ -68,11 +68,10 @@ def build(ctx: WorkloadContext) -> Workload:
     opts = ImbalancedOptions.model_validate(ctx.options)
     x, y = make_data(opts.n_examples, opts.n_features, opts.class_weights, ctx.seed)
     try:
-        x_tr, x_va, y_tr, y_va = train_test_split(
-            x, y, test_size=opts.val_fraction, random_state=ctx.seed, stratify=y
-        )
+        split = stratified_split(y, opts.val_fraction, ctx.seed)
     except ValueError as exc:  # too few examples for every class to reach both sides
         raise WorkloadError(f"imbalanced: cannot split with val_fraction={opts.val_fraction}: {exc}") from exc
+    x_tr, x_va, y_tr, y_va = x[split.train], x[split.held_out], y[split.train], y[split.held_out]
 
     n_classes, hidden = len(opts.class_weights), opts.hidden_size
     model = nn.Sequential(
