@@ -102,6 +102,10 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisio
     assert model["reproduce"].startswith("tuner train ")
     assert model["seeds"]["seeds"] >= 1
     assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
+    # every phase's workers were forked from one zygote, started by the first phase
+    phases = {log.parent.parent.name for log in output_dir.glob("*/*/.workers/cpu0@*.log")}
+    zygotes = list(output_dir.glob("*/*/.workers/warm-start@*.log"))
+    assert phases == {"round-1", "round-2"} and [log.parent.parent.name for log in zygotes] == ["round-1"]
     # the decision log in tuner report: --json's "tune", and the HTML page's first section
     report = invoke("report", str(path), "--json", "--output-dir", str(output_dir))
     assert report.exit_code == 0, report.output

@@ -24,6 +24,7 @@ from tuner.errors import UsageError
 if TYPE_CHECKING:
     from tuner.orchestrate import LocalWorker
     from tuner.orchestrate.progress import PhaseSnapshot
+    from tuner.orchestrate.warm_start import SharedWarmStart
     from tuner.playbook.phases import StartedPhase
 
 
@@ -128,10 +129,12 @@ def run_phase(
     *,
     after_create: Callable[[StartedPhase], None] | None = None,
     before_summary: Callable[[PhaseOutcome], None] | None = None,
+    warm_start: SharedWarmStart | None = None,
 ) -> PhaseOutcome:
     """Run the phase until its workers exit, then summarise it (``summarize`` raises
     ``typer.Exit`` for a failed, interrupted or crashed phase). ``before_summary`` sees the outcome
-    first, whatever it is (sweep-lr prints its table there)."""
+    first, whatever it is (sweep-lr prints its table there). ``warm_start``: the zygote of a
+    command that runs several phases (its workers are forked from it; else one for this phase)."""
     from tuner.cli._phase_outcome import environment_errors, report_workers, summarize
     from tuner.cli._phase_view import PhaseView, now
     from tuner.orchestrate import LocalPool, local_workers
@@ -190,6 +193,7 @@ def run_phase(
         log_dir=started.folder / ".workers",
         # imported once, by the zygote CPU workers fork from, not by each (3.5 CPU s each)
         preload=(*WORKER_MODULES, *ENGINE_MODULES),
+        shared=warm_start,
     )
     existed = started.folder.exists()
     if not existed:

@@ -40,6 +40,7 @@ def smoke(
 ) -> None:
     """Run every phase of a study on a tiny budget (a user's CI check): exit 0 only if all completed."""
     from tuner.cli._phase_run import PhaseRequest, run_phase
+    from tuner.orchestrate.warm_start import SharedWarmStart
     from tuner.playbook.smoke import smoke_plan
     from tuner.spec import load_study
     from tuner.workloads import check_study
@@ -54,6 +55,7 @@ def smoke(
     storage = f"sqlite:///{(folder / 'study.db').resolve()}"
     started = time.perf_counter()
     done: list[str] = []
+    warm_start = SharedWarmStart()  # one zygote for every phase's workers
     try:
         for phase in plan.phases:
             err.print(f"smoke: {phase}", style="bold")
@@ -67,7 +69,8 @@ def smoke(
                         workers=workers,
                         storage=storage,
                         progress=False,
-                    )
+                    ),
+                    warm_start=warm_start,
                 )
             except typer.Exit as stop:
                 if stop.exit_code:
@@ -80,6 +83,7 @@ def smoke(
                 raise typer.Exit(EXIT_FAILED)
             done.append(f"{phase} ({plural(len(outcome.snapshot.trials), 'trial')})")
     finally:
+        warm_start.close()
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
     where = f"kept in {keep}" if keep is not None else "in a temporary folder, now deleted"

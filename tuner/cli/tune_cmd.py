@@ -158,8 +158,11 @@ def tune(
 
     was_quiet = out.quiet
     out.quiet = was_quiet or as_json  # stdout holds the JSON alone; the phases' summaries are in it
+    from tuner.orchestrate.warm_start import SharedWarmStart
+
     try:
-        final = drive(context)
+        with SharedWarmStart() as context.warm_start:
+            final = drive(context)
     finally:
         out.quiet = was_quiet
     plan = project(context)

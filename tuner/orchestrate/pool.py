@@ -20,7 +20,7 @@ from pathlib import Path
 from tuner._lifetime import DIE_WITH_PARENT_ENV
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
-from tuner.orchestrate.warm_start import WarmProcess, WarmStarter
+from tuner.orchestrate.warm_start import SharedWarmStart, WarmProcess, WarmStarter
 
 MAX_TICK_ERRORS = 10
 
@@ -177,9 +177,11 @@ class LocalPool:
         env: dict[str, str],
         log_dir: Path,
         preload: Sequence[str] = (),
+        shared: SharedWarmStart | None = None,
     ) -> None:
         """``preload``: modules to import once, in a zygote the workers are forked from
-        (``warm_start``), instead of in each worker (commands of the form ``python -m ...``).
+        (``warm_start``), instead of in each worker (commands of the form ``python -m ...``);
+        ``shared``: that zygote is the command's, kept for its next phase (else this pool's own).
         CPU workers only (``CUDA_VISIBLE_DEVICES`` empty): CUDA reads that variable once per
         process, so a device query during the zygote's imports would give every forked worker
         every GPU; GPU workers start afresh."""
@@ -189,6 +191,7 @@ class LocalPool:
         self.signals = SignalFlag()
         self.tick_errors: list[Exception] = []  # what ``tick`` raised: reported, never fatal
         self.starter: WarmStarter | None = None
+        self.shared = shared
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -197,7 +200,10 @@ class LocalPool:
         cpu_only = all(worker.env.get("CUDA_VISIBLE_DEVICES") == "" for worker in self.workers)
         if self.preload and cpu_only and self.starter is None:
             env = {**os.environ, **self.env, **parent, "CUDA_VISIBLE_DEVICES": ""}
-            self.starter = WarmStarter(self.preload, log_path=self._zygote_log, env=env)
+            if self.shared is not None:
+                self.starter = self.shared.get(self.preload, log_path=self._zygote_log, env=env)
+            else:
+                self.starter = WarmStarter(self.preload, log_path=self._zygote_log, env=env)
         for worker in self.workers:
             command = self.command_for(worker)
             env = {**os.environ, **self.env, **worker.env, **parent}
@@ -263,9 +269,10 @@ class LocalPool:
         for process in self.processes.values():
             if process.poll() is None:
                 process.kill()
-                if not isinstance(process, WarmProcess):  # the zygote waits for its own in close()
+                # the zygote waits for its own in close(); a shared one outlives this pool
+                if not isinstance(process, WarmProcess) or self.shared is not None:
                     process.wait()
-        if self.starter is not None:
+        if self.starter is not None and self.shared is None:
             self.starter.close()
-            self.starter = None
+        self.starter = None
         self.signals.__exit__(None, None, None)

@@ -45,6 +45,7 @@ class TuneContext:
     state: TuneState
     budget_steps: int = 0
     storages: dict[str, Any] = field(default_factory=dict)
+    warm_start: Any = None  # a SharedWarmStart: every phase's workers forked from one zygote
 
     @property
     def console(self) -> Any:

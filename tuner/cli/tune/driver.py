@@ -70,6 +70,7 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
             budget={"max_trials": stage.trials if stage.phase == round_phase(1) else None},
         ),
         before_summary=before,
+        warm_start=context.warm_start,
     )
     stage.done = True
     context.save()
