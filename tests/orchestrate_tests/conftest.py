@@ -100,13 +100,29 @@ def load_phase(storage_url: str, study: str, phase: str = "round-1") -> Any:
 
     from tuner.orchestrate import open_storage
 
-    if storage_url.startswith("sqlite"):
-        storage = open_storage(storage_url)
-    else:
-        storage = _SERVER_STORAGES.get(storage_url) or _SERVER_STORAGES.setdefault(
-            storage_url, open_storage(storage_url)
-        )
+    storage = open_storage(storage_url) if storage_url.startswith("sqlite") else server_storage(storage_url)
     return optuna.load_study(study_name=f"{study}/{phase}", storage=storage)
+
+
+def server_storage(storage_url: str) -> Any:
+    """The one storage this test process keeps open on a server (see ``load_phase``)."""
+    from tuner.orchestrate import open_storage
+
+    if storage_url not in _SERVER_STORAGES:
+        _SERVER_STORAGES[storage_url] = open_storage(storage_url)
+    return _SERVER_STORAGES[storage_url]
+
+
+def delete_phases(storage_url: str, study: str, *phases: str) -> None:
+    """Delete these phases of a study from a server's storage (those that exist), through the
+    storage ``load_phase`` keeps open: ``optuna.delete_study`` given a URL opens an engine of its
+    own and leaves its connection for the garbage collector (a ResourceWarning in a later test)."""
+    import optuna
+
+    storage = server_storage(storage_url)
+    for phase in phases or ("round-1",):
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=f"{study}/{phase}", storage=storage)
 
 
 def sqlite_url(output_dir: Path, study: str = "toy") -> str:

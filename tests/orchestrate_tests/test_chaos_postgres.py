@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests._processes import wait_for as _wait_for
-from tests.orchestrate_tests.conftest import load_phase, serving_proxy, start_tuner, toy_study, tuner_env
+from tests.orchestrate_tests.conftest import (
+    delete_phases,
+    load_phase,
+    serving_proxy,
+    start_tuner,
+    toy_study,
+    tuner_env,
+)
 from tuner.orchestrate.budget import counted, slot_key
 from tuner.playbook import start_round
 from tuner.spec import load_study
@@ -135,10 +142,7 @@ def _phase_under_fire(
                 print(f"--- worker w{index} (TUNER_DEBUG=1) ---\n" + "\n".join(output.splitlines()[-150:]))
         assert not killed_live
     finally:
-        import optuna
-
-        with contextlib.suppress(KeyError):
-            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
+        delete_phases(postgres_url, unique_name)
 
 
 @pytest.mark.postgres
@@ -224,7 +228,4 @@ def _one_machine_lost(tmp_path: Path, postgres_url: str, unique_name: str, url: 
         assert len({t.number for t in trials}) == len(trials)
     finally:
         command.kill()
-        import optuna
-
-        with contextlib.suppress(KeyError):
-            optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
+        delete_phases(postgres_url, unique_name)

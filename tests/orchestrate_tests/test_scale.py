@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.orchestrate_tests.conftest import (
+    delete_phases,
     load_phase,
     run_tuner,
     sqlite_url,
@@ -81,6 +82,4 @@ def test_eight_worker_processes_on_postgresql(
         assert len(ran) >= 2 and ran <= {f"cpu{index}" for index in range(8)}, ran
         assert not STORAGE_TROUBLE.search(_worker_logs(output_dir, unique_name) + done.stderr)
     finally:
-        import optuna
-
-        optuna.delete_study(study_name=f"{unique_name}/round-1", storage=postgres_url)
+        delete_phases(postgres_url, unique_name)

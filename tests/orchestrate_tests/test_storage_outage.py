@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests._processes import wait_for as _wait_for
-from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
+from tests.orchestrate_tests.conftest import delete_phases, load_phase, start_tuner, toy_study, tuner_env
 from tests.orchestrate_tests.tcp_proxy import TcpProxy
 
 OUTAGE_S = 15  # twice the old window, a fraction of the default one
@@ -36,10 +36,7 @@ def _through(postgres_url: str, proxy: TcpProxy) -> str:
 
 
 def _delete(postgres_url: str, name: str) -> None:
-    import optuna
-
-    with contextlib.suppress(KeyError):
-        optuna.delete_study(study_name=f"{name}/round-1", storage=postgres_url)
+    delete_phases(postgres_url, name)
 
 
 @pytest.mark.postgres

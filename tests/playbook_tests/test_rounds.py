@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,14 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, toy_study, tuner_env
+from tests.orchestrate_tests.conftest import (
+    delete_phases,
+    run_tuner,
+    server_storage,
+    sqlite_url,
+    toy_study,
+    tuner_env,
+)
 from tuner.errors import UsageError
 from tuner.orchestrate import open_storage
 from tuner.playbook import start_round
@@ -145,7 +151,7 @@ def test_a_worker_elsewhere_runs_round2_from_the_stored_plan_alone(
     try:
         done = run_tuner("run-round", str(path), "--round", "1", "--output-dir", str(here / "runs"), env=env)
         assert done.returncode == 0, done.stderr
-        storage = open_storage(postgres_url)
+        storage = server_storage(postgres_url)
         round1 = optuna.load_study(study_name=f"{unique_name}/round-1", storage=storage)
         best = min((t for t in round1.trials if t.value is not None), key=lambda t: t.value)
         start_round(
@@ -166,9 +172,7 @@ def test_a_worker_elsewhere_runs_round2_from_the_stored_plan_alone(
         assert trials[0].user_attrs["max_train_steps"] == 40
         assert Path(trials[0].user_attrs["run_dir"]).is_relative_to(there)
     finally:
-        for phase in ("round-1", "round-2"):
-            with contextlib.suppress(KeyError):
-                optuna.delete_study(study_name=f"{unique_name}/{phase}", storage=postgres_url)
+        delete_phases(postgres_url, unique_name, "round-1", "round-2")
 
 
 def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_path: Path) -> None:
