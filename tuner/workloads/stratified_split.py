@@ -3,9 +3,10 @@
 Why not scikit-learn's ``train_test_split``: importing scikit-learn costs about a CPU second,
 paid by every process that builds a built-in workload only to shuffle indices (see
 ``tuner.workloads.digits_data``). This is its algorithm for ``stratify=y, random_state=seed``,
-step by step (``StratifiedShuffleSplit._iter_indices`` and ``utils.extmath._approximate_mode``,
-unchanged from scikit-learn 1.3 to 1.9), so every study keeps the validation examples it had;
-``tests/workloads_tests/test_stratified_split.py`` checks it against scikit-learn's own function.
+step by step (``StratifiedShuffleSplit._iter_indices`` and ``utils.extmath._approximate_mode``
+as in scikit-learn 1.9.1), so every study keeps the validation examples it had;
+``tests/workloads_tests/test_stratified_split.py`` checks it against the installed
+scikit-learn's own function.
 Being ours, the split no longer moves if a later scikit-learn changes its algorithm.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -13,6 +13,9 @@ from tuner.playbook.budget import Budget
 from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
 from tuner.playbook.tune_plan import Switches
 from tuner.spec import LoadedStudy
+
+if TYPE_CHECKING:
+    from tuner.orchestrate.warm_start import SharedWarmStart
 
 LABEL = "tune         "
 
@@ -45,7 +48,7 @@ class TuneContext:
     state: TuneState
     budget_steps: int = 0
     storages: dict[str, Any] = field(default_factory=dict)
-    warm_start: Any = None  # a SharedWarmStart: every phase's workers forked from one zygote
+    warm_start: SharedWarmStart | None = None  # every phase's workers forked from one zygote
 
     @property
     def console(self) -> Any:
