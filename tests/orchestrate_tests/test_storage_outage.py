@@ -35,10 +35,6 @@ def _through(postgres_url: str, proxy: TcpProxy) -> str:
     return make_url(postgres_url).set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
 
 
-def _delete(postgres_url: str, name: str) -> None:
-    delete_phases(postgres_url, name)
-
-
 @pytest.mark.postgres
 def test_a_round_rides_out_a_database_outage_and_says_it_waits(
     tmp_path: Path, output_dir: Path, postgres_url: str, unique_name: str, proxy: TcpProxy
@@ -75,7 +71,7 @@ def test_a_round_rides_out_a_database_outage_and_says_it_waits(
         counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
         assert sorted(t.user_attrs["slot"] for t in counted if t.state.name == "COMPLETE") == list(range(6))
     finally:
-        _delete(postgres_url, unique_name)
+        delete_phases(postgres_url, unique_name)
 
 
 @pytest.mark.postgres
@@ -122,4 +118,4 @@ def test_a_worker_started_during_an_outage_waits_for_the_database(
         trials = load_phase(postgres_url, unique_name).trials
         assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
     finally:
-        _delete(postgres_url, unique_name)
+        delete_phases(postgres_url, unique_name)
