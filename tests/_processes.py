@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 #: Seconds a test waits for a sign of progress before it gives up: far beyond what a quiet
 #: machine needs (a second or two), so that a machine at load 20 still passes.
 PATIENCE_S = float(os.environ.get("TUNER_TEST_PATIENCE_S", "300"))
 POLL_S = 0.05
 
-_started: list[subprocess.Popen[Any]] = []
+_started: list[Any] = []  # Popen, or tests._warm_processes.WarmTuner
 
 #: Commands that start local workers, one per core unless told otherwise.
 _STARTS_WORKERS = ("run-round", "sweep-lr", "tune")
@@ -109,7 +110,17 @@ def spawn(args: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(args, **popen)`` in a session of its own, killed with its whole group
     (and descendants) when the test ends."""
     popen.pop("start_new_session", None)  # always
-    process = subprocess.Popen(args, start_new_session=True, **popen)
+    return register(subprocess.Popen(args, start_new_session=True, **popen))
+
+
+def forget(process: Any) -> None:
+    """Leave ``process`` alive when the test ends: a fixture that outlives the test stops it."""
+    _started.remove(process)
+
+
+def register(process: P) -> P:
+    """Remember ``process`` (a ``Popen``, or anything with its ``pid``, ``returncode`` and
+    ``wait``) to be killed with its group when the test ends."""
     _started.append(process)
     return process
 
@@ -195,7 +206,7 @@ def kill_everything_started() -> None:
 
 
 def _output_of(process: subprocess.Popen[Any]) -> str:
-    if process.stdout is None:
+    if process.stdout is None and not hasattr(process, "output"):  # a WarmTuner reads its log
         return ""
     try:
         out, err = process.communicate(timeout=10)

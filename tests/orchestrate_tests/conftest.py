@@ -135,21 +135,35 @@ def output_dir(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def serving_proxy(storage_url: str, workers: int = 8) -> Iterator[str]:
-    """``grpc://`` of a ``tuner storage-proxy`` in front of ``storage_url``, stopped after."""
+def serving_proxy(storage_url: str, workers: int = 8, *, for_the_module: bool = False) -> Iterator[str]:
+    """``grpc://`` of a ``tuner storage-proxy`` in front of ``storage_url``, stopped after.
+    ``for_the_module``: it outlives the test that started it (the autouse fixture that kills
+    what a test started leaves it alone), and this stops it."""
+    from tests._processes import forget, kill_group
     from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
 
     port = _free_port()
     proxy, _ = _start_proxy(storage_url, port, "--workers", str(workers))
+    if for_the_module:
+        forget(proxy)
     try:
         yield f"grpc://127.0.0.1:{port}"
     finally:
         proxy.send_signal(signal.SIGINT)
-        proxy.communicate(timeout=60)
+        try:
+            proxy.communicate(timeout=60)
+        finally:
+            kill_group(proxy)
 
 
-@pytest.fixture
-def proxy_url(postgres_url: str) -> Iterator[str]:
-    """``grpc://`` of a ``tuner storage-proxy`` in front of the test PostgreSQL, stopped after."""
-    with serving_proxy(postgres_url) as url:
-        yield url
+@pytest.fixture(scope="module")
+def proxy_url() -> Iterator[str]:
+    """``grpc://`` of a ``tuner storage-proxy`` in front of the test PostgreSQL, one for the tests
+    of a module (a proxy's start costs about 2 CPU s; 20 tests use one). They share it as the
+    machines of a fleet do: each test's study has a name of its own (``unique_name``). A test
+    that kills or restarts a proxy starts its own (``serving_proxy``, ``_start_proxy``)."""
+    url = os.environ.get("TUNER_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("TUNER_TEST_POSTGRES_URL is not set")
+    with serving_proxy(url, for_the_module=True) as proxied:
+        yield proxied

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._processes import PATIENCE_S, finish, wait_for
+from tests._warm_processes import spawn_warm_tuner
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -88,7 +89,7 @@ def test_ten_trial_processes_killed_at_random_every_slot_completes_from_its_chec
     # the workers survive and record every kill themselves: no takeover, so exactly 10 "killed"
     phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
     env = tuner_env(**NO_TAKEOVER)
-    workers = {label: start_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
+    workers = {label: spawn_warm_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
     kills = 0
     while kills < 10:
 
@@ -213,7 +214,7 @@ def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws
     url = sqlite_url(output_dir)
 
     def worker(label: str, grace: dict[str, str]) -> subprocess.Popen[str]:
-        return start_tuner(
+        return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
             env=tuner_env(**grace), start_new_session=True,
         )  # fmt: skip

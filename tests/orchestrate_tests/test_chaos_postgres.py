@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests._processes import wait_for as _wait_for
+from tests._warm_processes import spawn_warm_tuner
 from tests.orchestrate_tests.conftest import (
     delete_phases,
     load_phase,
@@ -88,7 +89,7 @@ def _phase_under_fire(
         target=lambda: killed.extend(_terminate_loop(postgres_url, unique_name, stop, 0.7)), daemon=True
     )
     workers = [
-        start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
+        spawn_warm_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
                     "--label", f"w{index}", "--threads", "1", env=env)
         for index in range(2)
     ]  # fmt: skip
@@ -160,7 +161,6 @@ def _one_machine_lost(tmp_path: Path, postgres_url: str, unique_name: str, url: 
     import json
 
     from tests._processes import wait_for as _wait_for
-    from tests.orchestrate_tests.conftest import start_tuner
     from tuner.orchestrate import count_trials
 
     here, there = tmp_path / "here", tmp_path / "there"
@@ -185,7 +185,7 @@ def _one_machine_lost(tmp_path: Path, postgres_url: str, unique_name: str, url: 
 
     try:
         _wait_for(phase_exists, 120, "the phase")
-        machine = start_tuner(
+        machine = spawn_warm_tuner(
             "worker",
             str(study),
             "--phase",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study, tuner_env
+from tests._warm_processes import run_warm_tuner
+from tests.orchestrate_tests.conftest import load_phase, sqlite_url, toy_study, tuner_env
 from tuner.playbook import start_round
 from tuner.spec import load_study
 
@@ -14,9 +15,11 @@ def test_a_worker_an_hour_fast_does_not_see_a_half_hour_budget_spent(tmp_path: P
     output_dir = tmp_path / "runs"
     start_round(load_study(path), "round-1", output_dir)  # the run window opens on this machine
     fast = tuner_env(TUNER_TEST_CLOCK_OFFSET_S="3600")
-    served = run_tuner("worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=fast)
-    assert served.returncode == 0, served.stderr
-    assert "wall-time budget" not in served.stderr
+    served = run_warm_tuner(
+        "worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=fast
+    )
+    assert served.returncode == 0, served.stdout
+    assert "wall-time budget" not in served.stdout
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
 
@@ -28,9 +31,11 @@ def test_a_worker_an_hour_slow_still_stops_when_the_budget_is_spent(tmp_path: Pa
     window = started.study.user_attrs["tuner:window_started_at"]
     started.study.set_user_attr("tuner:window_started_at", window - 3600)  # opened an hour ago
     slow = tuner_env(TUNER_TEST_CLOCK_OFFSET_S="-3600")
-    served = run_tuner("worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=slow)
-    assert served.returncode == 0, served.stderr
-    assert "0.5 h wall-time budget" in served.stdout + served.stderr
+    served = run_warm_tuner(
+        "worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=slow
+    )
+    assert served.returncode == 0, served.stdout
+    assert "0.5 h wall-time budget" in served.stdout
     assert load_phase(sqlite_url(output_dir), "toy").trials == []
 
 

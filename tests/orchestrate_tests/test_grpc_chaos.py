@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from tests._processes import PATIENCE_S, finish, wait_for
-from tests.orchestrate_tests.conftest import load_phase, start_tuner, toy_study, tuner_env
+from tests._warm_processes import spawn_warm_tuner
+from tests.orchestrate_tests.conftest import load_phase, toy_study, tuner_env
 from tests.orchestrate_tests.test_chaos import _assert_each_slot_done_once, _children
 from tests.orchestrate_tests.test_preemption import _worker_status
 from tuner.orchestrate.budget import counted
@@ -43,7 +44,7 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
     url = proxy_url if through == "grpc" else postgres_url
 
     def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
-        return start_tuner(
+        return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
             env=tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)), start_new_session=True,
         )  # fmt: skip
@@ -104,7 +105,7 @@ def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lo
     start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
 
     def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
-        return start_tuner(
+        return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
             env=tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)),
             start_new_session=True,
@@ -186,7 +187,7 @@ def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpo
     url = proxy_url if through == "grpc" else postgres_url
     env = tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S="120")  # no takeover: each kill recorded once
     phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
-    workers = {label: start_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
+    workers = {label: spawn_warm_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
     for _ in range(KILLS):
 
         def victim() -> tuple[int, int] | None:
@@ -239,7 +240,7 @@ def test_workers_wait_for_a_proxy_that_is_not_up_yet_and_for_one_killed_and_rest
     phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
     logs = {label: tmp_path / f"{label}-retries.log" for label in ("w0", "w1")}  # each storage retry
     workers = {
-        label: start_tuner(
+        label: spawn_warm_tuner(
             *phase, "--label", label,
             env=tuner_env(TUNER_STORAGE=f"grpc://127.0.0.1:{port}", TUNER_HEARTBEAT_GRACE_S="30",
                           TUNER_STORAGE_RETRY_LOG=str(log)),

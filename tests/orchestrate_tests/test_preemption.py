@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._processes import finish, wait_for
+from tests._warm_processes import spawn_warm_tuner
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -125,7 +126,7 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
     url = sqlite_url(output_dir)
 
     def start(label: str, env: dict[str, str]) -> None:
-        workers[label] = start_tuner(
+        workers[label] = spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
             env=env,
         )  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 import pytest
 
+from tests._warm_processes import run_warm_tuner
 from tests.orchestrate_tests.conftest import (
     delete_phases,
     run_tuner,
@@ -160,7 +161,7 @@ def test_a_worker_elsewhere_runs_round2_from_the_stored_plan_alone(
         optuna.delete_study(study_name=f"{unique_name}/round-1", storage=storage)
 
         elsewhere = toy_study(there, name=unique_name, round1={"trials": 3, "steps": 20})
-        worker = run_tuner(
+        worker = run_warm_tuner(
             "worker", str(elsewhere), "--phase", "round-2", "--set", "rounds.round2.top_k=1",
             "--output-dir", str(there / "runs"), env=env,
         )  # fmt: skip
