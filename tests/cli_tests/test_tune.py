@@ -82,6 +82,27 @@ def test_dry_run_prints_the_plan_within_the_budget_and_runs_nothing(tmp_path: Pa
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_duration_is_converted_to_steps_at_the_pace_of_a_probe_here(tmp_path: Path) -> None:
+    """``--budget 2m``: the probe's seconds per step (start-up included) on one worker give the
+    steps; the plan stays within them, and the conversion is said in one line of the log."""
+    import re
+
+    from tuner.playbook.budget import parse_budget, steps_for_duration
+
+    assert parse_budget("1.5h").seconds == 5400 and parse_budget("90s").seconds == 90
+    assert steps_for_duration(7200, 0.5, workers=2) == 28_800  # two trials side by side
+    path = tune_study(tmp_path)
+    args = ("--dry-run", "--json", "--workers", "1", "--output-dir", str(tmp_path / "runs"))
+    result = invoke("tune", str(path), "--budget", "2m", *args)
+    assert result.exit_code == 0, result.output
+    said = re.search(r"budget 2m = ([\d,]+) training steps at ([\d.e+-]+) s a step", result.output)
+    assert said, result.output
+    steps, per_step = int(said.group(1).replace(",", "")), float(said.group(2))
+    assert steps == pytest.approx(120 / per_step, rel=0.01)  # the pace is printed to 3 digits
+    assert 0 < json.loads(result.stdout)["plan"]["steps"] <= steps
+    assert not (tmp_path / "runs").exists()
+
+
 def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisions(tmp_path: Path) -> None:
     path = tune_study(tmp_path, top_k=1)
     output_dir = tmp_path / "runs"
@@ -102,6 +123,7 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisio
     assert model["reproduce"].startswith("tuner train ")
     assert model["seeds"]["seeds"] >= 1
     assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # no library warning (scipy's, Optuna's) leaks
     # every phase's workers were forked from one zygote, started by the first phase
     phases = {log.parent.parent.name for log in output_dir.glob("*/*/.workers/cpu0@*.log")}
     zygotes = list(output_dir.glob("*/*/.workers/warm-start@*.log"))
