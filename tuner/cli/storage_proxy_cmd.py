@@ -1,9 +1,9 @@
 """``tuner storage-proxy``: serve a study database to many machines through one gRPC proxy.
 
 Workers far away then reach the database through the proxy (``grpc://HOST:PORT``) instead of
-holding PostgreSQL connections of their own (``docs/scale.md``). Today ``report`` and ``list``
-read through it; claiming trials through it (``run-round``, ``worker``) is refused with one line
-until the claim needs no database lock (issue 20, part 1).
+holding PostgreSQL connections of their own (``docs/scale.md``). Every command works through
+it (``run-round``, ``worker``, ``sweep-lr``, ``tune``, ``report``, ``list``, ``validate``): claims
+need no database lock there (``docs/claim-protocol.md``).
 
 The proxy has no TLS and no authentication, so it listens on 127.0.0.1 unless ``--allow-remote``
 is given together with another ``--host``; then it says, once, what that exposes.
