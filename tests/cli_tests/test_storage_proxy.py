@@ -102,3 +102,23 @@ def test_the_proxy_refuses_other_machines_unless_allowed_and_a_port_in_use(tmp_p
         in_use = run_tuner("storage-proxy", "--storage", storage, "--port", str(port))
     _one_error_line(in_use, f"cannot listen on 127.0.0.1:{port} (Address already in use)")
     _one_error_line(run_tuner("storage-proxy"), "give the database to serve")
+
+
+def test_allow_remote_says_once_what_listening_elsewhere_exposes(tmp_path: Path) -> None:
+    """``--allow-remote`` with another ``--host``: one warning line before it listens (here the
+    port is taken, so it then stops with its one error line instead of serving)."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_tuner(
+            "storage-proxy", "--storage", storage, "--host", "0.0.0.0", "--allow-remote", "--port", str(port)
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: listening on 0.0.0.0:{port} with no TLS and no authentication: anyone who reaches "
+        "this port can read and change every study in the database"
+    ], done.stderr
+    assert "Traceback" not in done.stderr
