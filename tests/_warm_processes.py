@@ -10,7 +10,8 @@ exit codes) is the worker's code after its imports, and that is the same: the zy
 environment, folder and command line (``ps`` shows it), as it does for every worker a
 ``run-round`` starts. A worker's start from a cold interpreter stays tested where it matters:
 ``test_cli``, ``test_examples``, ``test_slurm_example``, ``test_storage_outage``,
-``test_env_settings`` still run ``tuner worker`` as a command of its own.
+``test_env_settings``, test_preemption's orphaned and stopped-while-starting workers and
+test_protocol's import list still run ``tuner worker`` as a command of its own.
 
 ``spawn_warm_tuner`` returns a ``WarmTuner``: the part of ``subprocess.Popen`` the tests use
 (``pid``, which is its process group; ``poll``, ``wait``, ``communicate``, ``send_signal``,
@@ -70,7 +71,9 @@ class WarmTuner:
                     f"the zygote did not start {' '.join(args[:4])} within {PATIENCE_S:.0f} s"
                 )
             time.sleep(POLL_S)
-        self.pid = process.pid or -1
+        if process.pid is None:  # never a made-up pid: a killer would signal it
+            raise AssertionError(f"the zygote ended before it started {' '.join(args[:4])}")
+        self.pid: int = process.pid
 
     @property
     def returncode(self) -> int | None:
