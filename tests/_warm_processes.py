@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from tests._processes import PATIENCE_S, POLL_S, register, tuner_args
 from tuner.cli._phase_run import WORKER_MODULES
@@ -109,10 +108,9 @@ class WarmTuner:
         self.send_signal(signal.SIGKILL)
 
 
-def spawn_warm_tuner(*args: str, env: dict[str, str] | None = None, **ignored: Any) -> WarmTuner:
-    """``tuner ARGS`` forked from this test process's zygote, in a session of its own, killed
-    with the test. ``ignored``: ``subprocess.Popen`` options the callers pass for a command of
-    its own (``start_new_session``: a forked worker always has its own session)."""
+def spawn_warm_tuner(*args: str, env: dict[str, str] | None = None) -> WarmTuner:
+    """``tuner ARGS`` forked from this test process's zygote, in a session of its own (always),
+    killed with the test."""
     starter = _warm_starter()
     label = f"w{next(_labels)}"
     assert _logs is not None

@@ -9,13 +9,12 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from tests._processes import PATIENCE_S, finish, wait_for
-from tests._warm_processes import spawn_warm_tuner
+from tests._warm_processes import WarmTuner, spawn_warm_tuner
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -213,10 +212,10 @@ def test_a_frozen_worker_loses_its_trial_and_gives_it_up_untouched_when_it_thaws
     start_round(load_study(study), "round-1", output_dir)
     url = sqlite_url(output_dir)
 
-    def worker(label: str, grace: dict[str, str]) -> subprocess.Popen[str]:
+    def worker(label: str, grace: dict[str, str]) -> WarmTuner:
         return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
-            env=tuner_env(**grace), start_new_session=True,
+            env=tuner_env(**grace),
         )  # fmt: skip
 
     # thawed, it must not declare the other worker's trial dead because its beats came late

@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests._processes import PATIENCE_S, finish, wait_for
-from tests._warm_processes import spawn_warm_tuner
+from tests._warm_processes import WarmTuner, spawn_warm_tuner
 from tests.orchestrate_tests.conftest import load_phase, toy_study, tuner_env
 from tests.orchestrate_tests.test_chaos import _assert_each_slot_done_once, _children
 from tests.orchestrate_tests.test_preemption import _worker_status
@@ -43,10 +42,10 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
     start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
     url = proxy_url if through == "grpc" else postgres_url
 
-    def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
+    def worker(label: str, grace_s: int) -> WarmTuner:
         return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
-            env=tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)), start_new_session=True,
+            env=tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)),
         )  # fmt: skip
 
     frozen = worker("frozen", 120)  # thawed, it must not declare the other's trial dead
@@ -104,11 +103,10 @@ def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lo
     )
     start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
 
-    def worker(label: str, grace_s: int) -> subprocess.Popen[str]:
+    def worker(label: str, grace_s: int) -> WarmTuner:
         return spawn_warm_tuner(
             "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
             env=tuner_env(TUNER_STORAGE=postgres_url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)),
-            start_new_session=True,
         )  # fmt: skip
 
     frozen = worker("frozen", 120)
@@ -155,7 +153,7 @@ def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lo
 
 
 def _all_end_cleanly(
-    processes: tuple[subprocess.Popen[str], ...], postgres_url: str, name: str, *, slots: int
+    processes: tuple[WarmTuner, ...], postgres_url: str, name: str, *, slots: int
 ) -> list[Any]:
     """Each worker ends with exit 0 and no traceback; each of ``slots`` is done once: the trials."""
     for process in processes:

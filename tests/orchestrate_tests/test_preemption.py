@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._processes import finish, wait_for
-from tests._warm_processes import spawn_warm_tuner
+from tests._warm_processes import WarmTuner, spawn_warm_tuner
 from tests.orchestrate_tests.conftest import (
     load_phase,
     run_tuner,
@@ -122,7 +122,7 @@ def test_kill_9_of_busy_workers_loses_no_trial_and_no_checkpointed_step(
 ) -> None:
     study = toy_study(tmp_path, options=SLOW, round1={"trials": 8, "steps": 60, "max_retries": 6})
     start_round(load_study(study), "round-1", output_dir)
-    workers: dict[str, subprocess.Popen[str]] = {}
+    workers: dict[str, WarmTuner] = {}
     url = sqlite_url(output_dir)
 
     def start(label: str, env: dict[str, str]) -> None:
