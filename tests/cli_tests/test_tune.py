@@ -10,6 +10,7 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -43,6 +44,31 @@ def trained_steps(output_dir: Path) -> int:
         int(json.loads(status.read_text()).get("step") or 0)
         for status in output_dir.glob("*/*/trial-*/status.json")
     )
+
+
+def tune_after(built: Any, stage: Any, budget: int, *flags: str) -> Any:
+    """``tune --budget BUDGET --json`` on a study whose ``stage`` (built, not trained) an earlier
+    run of the same budget finished: its state is stored first, as that run left it."""
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    assert isinstance(stage, Stage)
+    decided = [Decision("budget", built.name, f"budget {budget}", {})]
+    save_state(
+        open_storage(built.storage_url),
+        built.name,
+        TuneState(parse_budget(str(budget)), budget, [stage], decided),
+    )
+    return run_tuner(*tune_args(built, budget, *flags))
+
+
+def tune_args(built: Any, budget: int, *flags: str) -> tuple[str, ...]:
+    """The arguments of ``tune --budget BUDGET --json`` on one worker, in the built study's folder."""
+    return (
+        "tune", str(built.path), "--budget", str(budget), "--json", "--no-progress", "--workers", "1",
+        "--output-dir", str(built.output_dir), *flags,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -184,9 +210,7 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,
     searches it with a round 1 of its own, and delivers round 2 of that study."""
     from tests.report_tests.builders import add_trial, study
-    from tuner.orchestrate import open_storage
-    from tuner.playbook.budget import parse_budget
-    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+    from tuner.playbook.decision_log import Stage
 
     built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
     phase = built.start("round-1")
@@ -194,15 +218,7 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     for slot, (u, rank) in enumerate(zip(positions, [8, 7, 6, 5, 4, 3, 2, 1], strict=True)):
         add_trial(phase, slot, 0.1 * rank, {"optimizer.lr": 0.01 * 100**u}, best_step=10)
     first = Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10)
-    save_state(
-        open_storage(built.storage_url),
-        "toy",
-        TuneState(parse_budget("200"), 200, [first], [Decision("budget", "toy", "budget 200", {})]),
-    )
-    done = run_tuner(
-        "tune", str(built.path), "--budget", "200", "--json", "--no-progress", "--workers", "1",
-        "--output-dir", str(built.output_dir),
-    )  # fmt: skip
+    done = tune_after(built, first, 200)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")

@@ -216,3 +216,23 @@ def record_result(phase_study: Any, result: SweepResult, finished: bool) -> None
 
     if finished:
         store_recommendation(phase_study, result.recommended_max_train_steps)
+
+
+def stored_sweep_result(storage: Any, study: str) -> SweepResult | None:
+    """sweep-lr's table and verdicts as the storage holds them (``tuner tune`` logs what they say
+    once the sweep is done); None when the study has no sweep-lr phase."""
+    import optuna
+
+    from tuner.orchestrate import optuna_study_name, with_retries
+    from tuner.playbook.phase_names import SWEEP_PHASE
+    from tuner.playbook.plan import load_plan
+
+    name = optuna_study_name(study, SWEEP_PHASE)
+    try:
+        phase = with_retries(optuna.load_study, study_name=name, storage=storage)
+    except KeyError:
+        return None
+    stored = load_plan(with_retries(lambda: phase.user_attrs))
+    if stored is None or stored.fit is None:
+        return None
+    return sweep_result(phase, stored)

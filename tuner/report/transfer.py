@@ -12,7 +12,9 @@ trial it came from (``source_trial``, ``source_value``). Rules (stated in every 
   points that are as good as each other); with no measure of noise, the verdict says so;
 - round 1 was too short to rank reliably when at least half of its completed trials had their
   best step in the last 25% (they were still improving when stopped); a warning only when the
-  ranking measurably failed to transfer (weak or reversed), a note otherwise.
+  ranking measurably failed to transfer (weak or reversed), a note otherwise;
+- round 1 scored at a step round 2 never evaluates (an off-grid ``steps``): a warning that the
+  rounds cannot be compared step for step (``tuner.report.scored_steps``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tuner.report.findings import Finding, Level, fmt, of, ordinal
 from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
 from tuner.report.noise import Band, Noise, measure_noise
+from tuner.report.scored_steps import scored_at_other_steps
 from tuner.report.study_data import PhaseData, SlotState
 
 MIN_POINTS = 3
@@ -216,6 +219,9 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
     if multipliers is not None:
         result.findings.append(multipliers)
     if source is not None:
+        other_steps = scored_at_other_steps(phase, source)
+        if other_steps is not None:
+            result.findings.insert(0, other_steps)  # read before the verdict it qualifies
         correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
         _too_short(source, result, quality=correlation.quality if correlation else "too_few")
     return result

@@ -111,6 +111,43 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     return cap
 
 
+def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
+    """Log, once, the sweep's "validation best long before the fit" verdict beside the length the
+    rounds train: the fit step, the playbook's rule (the same reasons as the fallback's above).
+    Asked after every sweep-lr of this run, also one an earlier run finished (Ctrl-C after it)."""
+    from tuner.playbook.sweep_phase import stored_sweep_result
+    from tuner.playbook.sweep_result import BestLongBeforeFit
+
+    stage = context.state.stage(loaded.spec.name, SWEEP_PHASE)
+    if stage is None or not stage.done:
+        return
+    if any(d.kind == "sweep_best_before_fit" and d.stage == stage.key for d in context.state.decisions):
+        return
+    result = stored_sweep_result(context.storage_of(loaded), loaded.spec.name)
+    early = next((v for v in result.verdicts if isinstance(v, BestLongBeforeFit)), None) if result else None
+    if early is None:
+        return
+    context.decide(
+        Decision(
+            "sweep_best_before_fit",
+            stage.key,
+            f"sweep-lr: validation was best at step {early.best_step:g} (lr {early.lr:.3g}), long before the "
+            f"training set was fit at step {early.fit_step}, as when labels are noisy: the rounds train "
+            f"max_train_steps {length}, the fewest steps to fit (each run keeps its best "
+            f"checkpoint, so an early best is what it delivers); to train {early.noisy_labels_steps} "
+            f"steps instead (2 x that best step), run again with --set max_train_steps="
+            f"{early.noisy_labels_steps} and another --output-dir",
+            {
+                "best_step": early.best_step,
+                "fit_step": early.fit_step,
+                "max_train_steps": length,
+                "noisy_labels_steps": early.noisy_labels_steps,
+                "lr": early.lr,
+            },
+        )
+    )
+
+
 def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
     from tuner.playbook.tune_plan import round1_decision
 
@@ -189,6 +226,7 @@ def drive(context: TuneContext) -> LoadedStudy:
         if length is None:
             length = sweep(context, loaded)
             loaded = current_study(context)
+        note_best_before_fit(context, loaded, length)
         round1(context, loaded, length)
         following = next_study(context, loaded)
         if following is None:

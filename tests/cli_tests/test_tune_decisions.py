@@ -1,0 +1,113 @@
+"""``tuner tune``'s decisions: each automatic step turned off by its own flag, the shorter length
+it applies when round 1's best steps come early, and its log line when sweep-lr saw validation
+best long before the fit (issue 19, sections 2 and 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.cli_tests.test_tune import tune_after, tune_args, tune_study
+from tests.orchestrate_tests.conftest import run_tuner
+from tests.spec_tests._support import invoke
+
+
+def _plan(tmp_path: Path, *flags: str) -> dict[str, tuple[int, int]]:
+    """``tune --budget 400 --dry-run``'s phases: trials and steps."""
+    path = tune_study(tmp_path)
+    common = ("--dry-run", "--json", "--output-dir", str(tmp_path / "runs"))
+    result = invoke("tune", str(path), "--budget", "400", *common, *flags)
+    assert result.exit_code == 0, result.output
+    return {p["phase"]: (p["trials"], p["steps"]) for p in json.loads(result.stdout)["plan"]["phases"]}
+
+
+def test_each_switch_changes_only_its_own_step_of_the_plan(tmp_path: Path) -> None:
+    # by default round 1 keeps half the rest for a next search; round 2's seeds take it if unused
+    assert _plan(tmp_path / "default") == {"toy/round-1": (14, 140), "toy/round-2": (6, 240)}
+    # --no-extra-seeds: round 2 at the file's seeds (3 points x 1), round 1 still keeps its reserve
+    fewer_seeds = {"toy/round-1": (14, 140), "toy/round-2": (3, 120)}
+    assert _plan(tmp_path / "seeds", "--no-extra-seeds") == fewer_seeds
+    # one search only, or no suggestions applied: no reserve, round 1 takes the rest
+    whole = {"toy/round-1": (28, 280), "toy/round-2": (3, 120)}
+    assert _plan(tmp_path / "searches", "--max-searches", "1") == whole
+    assert _plan(tmp_path / "apply", "--no-apply-suggestions") == whole
+
+
+def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tmp_path: Path) -> None:
+    """Round 1 (built, not trained: 8 trials of 100 steps, every best step at 10, no trend in the
+    LR) done in an earlier run: the report suggests max_train_steps 200 -> 40; tune applies it to
+    a next study whose round 1 (rescaled with it) and round 2 train the shorter length."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+
+    built = study(tmp_path, round1={"steps": 100, "trials": 8}, round2={"top_k": 1}, max_train_steps=200)
+    phase = built.start("round-1")
+    values = [0.30, 0.10, 0.25, 0.15, 0.20, 0.12, 0.28, 0.18]  # no trend along the LR
+    for slot, value in enumerate(values):
+        add_trial(phase, slot, value, {"optimizer.lr": 0.01 * 100 ** (slot / 7)}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 800, done=True, steps_per_trial=100)
+    done = tune_after(built, first, 1000)
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
+    assert "training.max_train_steps 200 -> 40" in applied["text"]
+    following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
+    assert following["training"]["max_train_steps"] == 40
+    assert following["rounds"]["round1"]["steps"] == 20  # rescaled with it: 100 x 40 / 200
+    stages = {s["study"] + "/" + s["phase"]: s for s in payload["stages"]}
+    assert stages["toy-2/round-1"]["steps_per_trial"] == 20
+    delivered = payload["delivered_model"]
+    assert delivered["phase"] == "round-2" and "/toy-2/" in delivered["checkpoint"]
+    status = json.loads((Path(delivered["checkpoint"]).parents[1] / "status.json").read_text())
+    assert status["step"] == 40  # round 2 trained the shorter length
+    assert payload["plan"]["steps_ran"] <= 1000
+
+
+def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_length_stays(
+    tmp_path: Path,
+) -> None:
+    """sweep-lr (built, not trained) done in an earlier run: lr 0.1 fit the training set at step
+    80 while validation was best at step 20; tune logs it once, with the length the rounds train
+    (the fit, 80) and the one that follows on noisy labels (2 x 20 = 40)."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+    from tuner.playbook.study_results import store_recommendation
+
+    built = study(tmp_path, round1={"steps": 20, "trials": 4}, round2={"top_k": 1})
+    document = yaml.safe_load(built.path.read_text())
+    del document["training"]["max_train_steps"]
+    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0], "max_steps": 100}
+    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    sweep = built.start("sweep-lr")
+    plan = load_plan(sweep.user_attrs)
+    assert plan is not None
+    fits = {0.1: (80, 20), 1.0: (100, 90)}  # lr -> (fit step, best step); 0.01 does not fit
+    for slot, planned in enumerate(plan.slots):
+        fit_step, best_step = fits.get(planned.values["optimizer.lr"], (None, 100))
+        add_trial(
+            sweep, slot, 0.1, planned.values, best_step=best_step, max_train_steps=100,
+            final_step=fit_step or 100, best_fit_value=1.0 if fit_step else 0.9, final_train_loss=0.1,
+            **({"fit_step": fit_step} if fit_step else {}), **planned.attrs,
+        )  # fmt: skip
+    store_recommendation(sweep, 80)
+    first = Stage("toy", "sweep-lr", str(built.path), [], 3, 300, True, done=True, steps_per_trial=100)
+    done = tune_after(built, first, 520, "--no-apply-suggestions")
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    (logged,) = [d for d in payload["decisions"] if d["kind"] == "sweep_best_before_fit"]
+    assert logged["stage"] == "toy/sweep-lr"
+    assert logged["numbers"] == {
+        "best_step": 20, "fit_step": 80, "max_train_steps": 80, "noisy_labels_steps": 40, "lr": 0.1
+    }  # fmt: skip
+    assert (
+        "validation was best at step 20 (lr 0.1), long before the training set was fit at step 80"
+        in (logged["text"])
+    )
+    assert "--set max_train_steps=40" in logged["text"] and "validation was best at step 20" in done.stderr
+    assert payload["delivered_model"]["max_train_steps"] == 80
+    again = run_tuner(*tune_args(built, 520, "--no-apply-suggestions"))  # said once: a re-run reads it back
+    assert again.returncode == 0, again.stderr
+    assert [d["kind"] for d in json.loads(again.stdout)["decisions"]].count("sweep_best_before_fit") == 1
