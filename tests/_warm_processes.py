@@ -1,11 +1,14 @@
-"""``tuner worker`` started the way ``run-round`` starts its own: forked from a process that has
-already imported torch (tuner's zygote, ``tuner.orchestrate.warm_start``), one per test process.
+"""``tuner`` commands started the way ``run-round`` starts its workers: forked from a process that
+has already imported torch (tuner's zygote, ``tuner.orchestrate.warm_start``), one per test process.
 
 Why: the chaos, preemption and multi-machine tests start "a worker on another machine" by hand,
 about 50 in a suite run. As commands of their own they each imported torch and ``torch._dynamo``
 (3.7 CPU s each here, 186 CPU s of a suite with 685 s of CPU-bound wall time on 2 cores); forked
-they cost a third of a second. What such a test is about (claims, retries, beats, signals,
-exit codes) is the worker's code after its imports, and that is the same: the zygote runs
+they cost a third of a second. The same holds for every command a test runs to its end
+(``run_tuner`` in ``tests/orchestrate_tests/conftest.py``: ``tuner train`` 1.5 CPU s cold, a
+``run-round`` command 0.9 s before its own zygote; about 200 a suite run) unless it asks for a
+cold start. What such a test is about (claims, retries, beats, signals,
+exit codes) is the command's code after its imports, and that is the same: the zygote runs
 ``python -m tuner ARGS`` in the child with ``runpy``, in a session of its own, with the test's
 environment, folder and command line (``ps`` shows it), as it does for every worker a
 ``run-round`` starts. A worker's start from a cold interpreter stays tested where it matters:
@@ -15,8 +18,9 @@ test_protocol's import list still run ``tuner worker`` as a command of its own.
 
 ``spawn_warm_tuner`` returns a ``WarmTuner``: the part of ``subprocess.Popen`` the tests use
 (``pid``, which is its process group; ``poll``, ``wait``, ``communicate``, ``send_signal``,
-``kill``), its output, stdout and stderr merged as text, read from its log file. The autouse
-fixture of ``tests/conftest.py`` kills it and its descendants when the test ends.
+``kill``), its output, stdout and stderr merged as text (or apart, ``separate_stderr``), read
+from its log files. The autouse fixture of ``tests/conftest.py`` kills it and its descendants
+when the test ends.
 """
 
 from __future__ import annotations
@@ -61,8 +65,10 @@ class WarmTuner:
 
     stdin = stdout = stderr = None  # its output is in its log (``communicate``)
 
-    def __init__(self, args: list[str], process: WarmProcess, log_path: Path) -> None:
-        self.args, self.process, self.log_path = args, process, log_path
+    def __init__(
+        self, args: list[str], process: WarmProcess, log_path: Path, err_path: Path | None = None
+    ) -> None:
+        self.args, self.process, self.log_path, self.err_path = args, process, log_path, err_path
         deadline = time.monotonic() + PATIENCE_S  # the zygote may still be importing torch
         while process.pid is None and process.poll() is None:
             if time.monotonic() > deadline:
@@ -96,7 +102,12 @@ class WarmTuner:
         return self.output(), None
 
     def output(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """Its stdout, and its stderr too unless started with ``separate_stderr``."""
+        return _read(self.log_path)
+
+    def errors(self) -> str:
+        """Its stderr when started with ``separate_stderr`` (else empty: it is in ``output``)."""
+        return _read(self.err_path) if self.err_path is not None else ""
 
     def send_signal(self, sig: int) -> None:
         self.process.send_signal(sig)
@@ -108,25 +119,34 @@ class WarmTuner:
         self.send_signal(signal.SIGKILL)
 
 
-def spawn_warm_tuner(*args: str, env: dict[str, str] | None = None) -> WarmTuner:
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def spawn_warm_tuner(
+    *args: str, env: dict[str, str] | None = None, separate_stderr: bool = False
+) -> WarmTuner:
     """``tuner ARGS`` forked from this test process's zygote, in a session of its own (always),
-    killed with the test."""
+    killed with the test; ``separate_stderr``: its stderr in a file of its own (``errors()``)."""
     starter = _warm_starter()
     label = f"w{next(_labels)}"
     assert _logs is not None
     log_path = _logs / f"{label}.log"
+    err_path = _logs / f"{label}.err" if separate_stderr else None
     argv = [sys.executable, "-m", "tuner", *tuner_args(args)]
-    process = starter.start(label, argv, env=dict(env if env is not None else os.environ), log_path=log_path)
-    return register(WarmTuner(argv, process, log_path))
+    process = starter.start(
+        label, argv, env=dict(env if env is not None else os.environ), log_path=log_path, err_path=err_path
+    )
+    return register(WarmTuner(argv, process, log_path, err_path))
 
 
 def run_warm_tuner(
     *args: str, env: dict[str, str] | None = None, timeout: float = 2 * PATIENCE_S
 ) -> subprocess.CompletedProcess[str]:
-    """``spawn_warm_tuner`` run to its end: stdout holds its output, stderr is empty."""
-    process = spawn_warm_tuner(*args, env=env)
+    """``spawn_warm_tuner`` run to its end, as ``subprocess.run`` gives it: stdout and stderr apart."""
+    process = spawn_warm_tuner(*args, env=env, separate_stderr=True)
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"{' '.join(args[:3])} ... did not finish within {timeout:.0f} s") from None
-    return subprocess.CompletedProcess(process.args, process.wait(), output, "")
+    return subprocess.CompletedProcess(process.args, process.wait(), output, process.errors())

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests._processes import PATIENCE_S, run, spawn_tuner, tuner_args
+from tests._warm_processes import run_warm_tuner
 
 HERE = Path(__file__).parent
 # beats every 1 s (grace 12 s; the tests that kill workers set TUNER_HEARTBEAT_GRACE_S lower)
@@ -73,10 +74,14 @@ def tuner_env(**extra: str) -> dict[str, str]:
 
 
 def run_tuner(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 2 * PATIENCE_S
+    *args: str, env: dict[str, str] | None = None, timeout: float = 2 * PATIENCE_S, cold: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """``tuner ARGS`` as a real process (workers and trials are real processes too); a timeout
-    kills all of them (``tests._processes.run``)."""
+    """``tuner ARGS`` as a real process (workers and trials are real processes too), forked from
+    the test process's zygote (``tests._warm_processes``: the command's code after its imports,
+    a third of the CPU of a cold start); ``cold``: from a fresh interpreter, for a test about
+    the start itself. A timeout kills all of them."""
+    if not cold:
+        return run_warm_tuner(*args, env=env or tuner_env(), timeout=timeout)
     return run([sys.executable, "-m", "tuner", *tuner_args(args)], env=env or tuner_env(), timeout=timeout)
 
 

@@ -18,8 +18,8 @@ def test_a_worker_an_hour_fast_does_not_see_a_half_hour_budget_spent(tmp_path: P
     served = run_warm_tuner(
         "worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=fast
     )
-    assert served.returncode == 0, served.stdout
-    assert "wall-time budget" not in served.stdout
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert "wall-time budget" not in served.stdout + served.stderr
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
 
@@ -34,8 +34,8 @@ def test_a_worker_an_hour_slow_still_stops_when_the_budget_is_spent(tmp_path: Pa
     served = run_warm_tuner(
         "worker", str(path), "--phase", "round-1", "--output-dir", str(output_dir), env=slow
     )
-    assert served.returncode == 0, served.stdout
-    assert "0.5 h wall-time budget" in served.stdout
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert "0.5 h wall-time budget" in served.stdout + served.stderr
     assert load_phase(sqlite_url(output_dir), "toy").trials == []
 
 

@@ -365,7 +365,7 @@ def test_the_worker_never_imports_the_users_workload(tmp_path: Path, output_dir:
     # its imports, as Python lists them (PYTHONPROFILEIMPORTTIME), hold no torch module
     late = run_tuner(
         "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir),
-        env=tuner_env(PYTHONPROFILEIMPORTTIME="1"),
+        env=tuner_env(PYTHONPROFILEIMPORTTIME="1"), cold=True,
     )  # fmt: skip
     assert late.returncode == 0 and "worker: 0 trials run; done" in late.stdout, late.stdout + late.stderr
     imported = re.findall(r"^import time:.*\|\s*(\S+)$", late.stderr, flags=re.MULTILINE)

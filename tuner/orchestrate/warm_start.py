@@ -21,9 +21,10 @@ only one that reaps its children, delivers every signal); and it is one server p
 started with that process's environment of the moment (a pytest run starts many commands).
 
 The protocol: run-round writes one JSON request per line on the zygote's stdin (``start``:
-label, argv, env, folder, log; ``signal``: label, signal number), and reads one JSON event per
-line from its stdout (``started``: label, pid; ``exited``: label, exit code as ``subprocess``
-gives it, negative for a signal). The zygote's own errors go to its log.
+label, argv, env, folder, log, and an optional log of its own for stderr; ``signal``: label,
+signal number), and reads one JSON event per line from its stdout (``started``: label, pid;
+``exited``: label, exit code as ``subprocess`` gives it, negative for a signal). The zygote's
+own errors go to its log.
 """
 
 from __future__ import annotations
@@ -95,19 +96,21 @@ class WarmStarter:
         self.processes: dict[str, WarmProcess] = {}
         self._unread = b""
 
-    def start(self, label: str, argv: list[str], *, env: dict[str, str], log_path: Path) -> WarmProcess:
-        """Fork ``argv`` (``[python, "-m", module, ...]``) as a worker logging to ``log_path``."""
+    def start(
+        self,
+        label: str,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        err_path: Path | None = None,
+    ) -> WarmProcess:
+        """Fork ``argv`` (``[python, "-m", module, ...]``) as a worker logging to ``log_path``
+        (its stderr to ``err_path`` instead, when given: the tests read a command's two apart)."""
         process = self.processes[label] = WarmProcess(self, label)
-        self.send(
-            {
-                "op": "start",
-                "label": label,
-                "argv": argv,
-                "env": env,
-                "cwd": os.getcwd(),
-                "log": str(log_path),
-            }
-        )
+        request = {"op": "start", "label": label, "argv": argv, "env": env, "cwd": os.getcwd()}
+        request.update(log=str(log_path), err_log=str(err_path) if err_path else None)
+        self.send(request)
         return process
 
     def send(self, request: dict[str, Any]) -> None:
@@ -200,13 +203,15 @@ def _become_worker(request: dict[str, Any], zygote: int, replies: int) -> None:
         os.setsid()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        log = os.open(request["log"], flags, 0o644)
+        errors = os.open(request.get("err_log") or request["log"], flags, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
+        os.dup2(errors, 2)
+        for fd in (log, errors, null):
+            os.close(fd)
         argv = request["argv"]
         # before the environment changes: setproctitle finds its room in the original one
         setproctitle.setproctitle(shlex.join(argv))
