@@ -14,7 +14,7 @@ environment, folder and command line (``ps`` shows it), as it does for every wor
 ``run-round`` starts. A worker's start from a cold interpreter stays tested where it matters:
 ``test_cli``, ``test_examples``, ``test_slurm_example``, ``test_storage_outage``,
 ``test_env_settings``, test_preemption's orphaned and stopped-while-starting workers and
-test_protocol's import list still run ``tuner worker`` as a command of its own.
+test_worker_imports's import list still run ``tuner worker`` as a command of its own.
 
 ``spawn_warm_tuner`` returns a ``WarmTuner``: the part of ``subprocess.Popen`` the tests use
 (``pid``, which is its process group; ``poll``, ``wait``, ``communicate``, ``send_signal``,

@@ -47,6 +47,7 @@ SLOWEST_FILES = (
     "benchmarks_tests/test_outcome.py",  # --quick: ~190 CPU s of process starts and training
     "orchestrate_tests/test_round1.py",
     "cli_tests/test_tune.py",
+    "cli_tests/test_tune_decisions.py",
     "orchestrate_tests/test_scale.py",
     "orchestrate_tests/test_chaos.py",
     "train_tests/test_nodes.py",  # torchrun agents and their ranks: 5 torch processes an attempt
