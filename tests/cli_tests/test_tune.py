@@ -63,7 +63,7 @@ def tune_after(built: Any, stage: Any, budget: int, *flags: str) -> Any:
     return run_tuner(*tune_args(built, budget, *flags))
 
 
-def tune_args(built: Any, budget: int, *flags: str) -> tuple[str, ...]:
+def tune_args(built: Any, budget: int | str, *flags: str) -> tuple[str, ...]:
     """The arguments of ``tune --budget BUDGET --json`` on one worker, in the built study's folder."""
     return (
         "tune", str(built.path), "--budget", str(budget), "--json", "--no-progress", "--workers", "1",

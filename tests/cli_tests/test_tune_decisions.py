@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -111,3 +112,56 @@ def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_le
     again = run_tuner(*tune_args(built, 520, "--no-apply-suggestions"))  # said once: a re-run reads it back
     assert again.returncode == 0, again.stderr
     assert [d["kind"] for d in json.loads(again.stdout)["decisions"]].count("sweep_best_before_fit") == 1
+
+
+def _round1_done(tmp_path: Path, budget: str, spent_s: float) -> Any:
+    """Round 1 (built: 4 trials of 10 steps) done by an earlier run of ``--budget BUDGET`` (400
+    steps) that had run for ``spent_s`` wall seconds."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 4}, round2={"top_k": 1})
+    phase = built.start("round-1")
+    for slot in range(4):
+        add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 4, 40, done=True, steps_per_trial=10)
+    state = TuneState(
+        parse_budget(budget), 400, [first], [Decision("budget", "toy", "budget", {})], spent_s=spent_s
+    )
+    save_state(open_storage(built.storage_url), "toy", state)
+    return built
+
+
+def test_a_duration_budget_whose_time_is_spent_starts_no_further_phase(tmp_path: Path) -> None:
+    from tuner.orchestrate.storage import open_storage
+    from tuner.playbook.decision_log import load_state
+
+    built = _round1_done(tmp_path, "10m", spent_s=600)
+    done = run_tuner(*tune_args(built, "10m", "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    (spent,) = [d for d in payload["decisions"] if d["kind"] == "time_spent"]
+    assert spent["stage"] == "toy/round-2" and "the 10m budget's time is spent" in spent["text"]
+    assert not (built.output_dir / "toy" / "round-2").exists()  # round 2 never started
+    state = load_state(open_storage(built.storage_url), "toy")
+    assert state is not None and state.spent_s >= 600  # this run's seconds are added
+
+
+def test_a_duration_budget_limits_each_phase_to_the_time_left(tmp_path: Path) -> None:
+    """An hour's budget of which 10 minutes ran: round 2 may start trials for the 50 minutes left
+    (its ``timeout_h``), and the state adds this run's seconds."""
+    from tests.orchestrate_tests.conftest import load_phase
+    from tuner.orchestrate.phase import SETTINGS_ATTR
+    from tuner.orchestrate.storage import open_storage
+    from tuner.playbook.decision_log import load_state
+
+    built = _round1_done(tmp_path, "1h", spent_s=600)
+    done = run_tuner(*tune_args(built, "1h", "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    assert "time_spent" not in [d["kind"] for d in json.loads(done.stdout)["decisions"]]
+    state = load_state(open_storage(built.storage_url), "toy")
+    assert state is not None and state.spent_s > 600
+    limit = load_phase(built.storage_url, "toy", "round-2").user_attrs[SETTINGS_ATTR]["timeout_h"]
+    assert 3000 - (state.spent_s - 600) <= limit * 3600 <= 3000

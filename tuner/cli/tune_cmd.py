@@ -7,6 +7,7 @@ budget rule is the playbook's (``tuner/playbook/budget.py``); the loop is ``tune
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -165,6 +166,9 @@ def tune(
             final = drive(context)
     finally:
         out.quiet = was_quiet
+        if parsed.seconds is not None:  # a duration: the seconds of a run stopped by Ctrl-C count too
+            with contextlib.suppress(Exception):  # never hiding why it stopped (an outage, say)
+                context.save()
     plan = project(context)
     context.say(
         f"spent {plan.steps_ran:,} of {context.budget_steps:,} training steps "

@@ -84,6 +84,7 @@ class TuneState:
     switches: dict[str, Any] = field(
         default_factory=dict
     )  # the flags of the last run (estimate plans with them)
+    spent_s: float = 0.0  # wall seconds the runs of ``tune`` have taken so far (a duration budget)
 
     def stage(self, study: str, phase: str) -> Stage | None:
         return next((s for s in self.stages if s.study == study and s.phase == phase), None)
@@ -94,6 +95,7 @@ class TuneState:
             "budget": self.budget.to_json() if self.budget else None,
             "budget_steps": self.budget_steps,
             "switches": self.switches,
+            "spent_s": self.spent_s,
             "stages": [s.to_json() for s in self.stages],
             "decisions": [d.to_json() for d in self.decisions],
         }
@@ -127,6 +129,7 @@ def state_from_attrs(attrs: dict[str, Any] | None) -> TuneState | None:
         budget=Budget.from_json(budget["budget"]),
         budget_steps=budget.get("steps"),
         switches=dict(budget.get("switches") or {}),
+        spent_s=float(budget.get("spent_s") or 0.0),
         stages=[Stage.from_json(s) for s in json.loads(attrs.get(STAGES_ATTR, "[]"))],
         decisions=[Decision.from_json(d) for d in json.loads(attrs.get(DECISIONS_ATTR, "[]"))],
     )
@@ -145,6 +148,7 @@ def save_state(storage: Any, study: str, state: TuneState) -> None:
         "budget": state.budget.to_json() if state.budget else None,
         "steps": state.budget_steps,
         "switches": state.switches,
+        "spent_s": round(state.spent_s, 3),
     }
     with_retries(holder.set_user_attr, BUDGET_ATTR, json.dumps(budget))
     with_retries(holder.set_user_attr, STAGES_ATTR, json.dumps([s.to_json() for s in state.stages]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,17 @@ class TuneContext:
     budget_steps: int = 0
     storages: dict[str, Any] = field(default_factory=dict)
     warm_start: SharedWarmStart | None = None  # every phase's workers forked from one zygote
+    started: float = field(default_factory=time.monotonic)  # this run's start
+    spent_before: float = 0.0  # the wall seconds earlier runs took (stored in the state)
+
+    def spent_s(self) -> float:
+        """Wall seconds the runs of this ``tune`` have taken, this one included."""
+        return self.spent_before + time.monotonic() - self.started
+
+    def seconds_left(self) -> float | None:
+        """What is left of a duration budget (``--budget 2h``); None for a budget in steps."""
+        seconds = self.request.budget.seconds
+        return None if seconds is None else seconds - self.spent_s()
 
     @property
     def console(self) -> Any:
@@ -94,6 +106,7 @@ class TuneContext:
         study that delivers the model shows the log too."""
         from tuner.spec import load_study
 
+        self.state.spent_s = self.spent_s()
         home = self.storage_of(self.home)
         save_state(home, self.home.spec.name, self.state)
         others = {s.study: s for s in self.state.stages if s.study != self.home.spec.name}

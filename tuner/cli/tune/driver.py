@@ -38,7 +38,35 @@ def open_context(request: TuneRequest) -> TuneContext:
                 f"to continue it (a new budget needs another --output-dir / --storage)"
             )
         context.state = stored
+        context.spent_before = stored.spent_s
     return context
+
+
+class TimeSpent(Exception):
+    """A duration budget's time ran out: no phase starts any more; the model so far is delivered."""
+
+
+def _time_limit(context: TuneContext, stage: Stage) -> float | None:
+    """The phase's wall-time limit in hours (``timeout_h``: no trial starts after it) from what
+    is left of a duration budget; None for a budget in steps. ``TimeSpent`` when nothing is left."""
+    left = context.seconds_left()
+    if left is None:
+        return None
+    if left <= 0:
+        if not any(d.kind == "time_spent" for d in context.state.decisions):
+            seconds = context.request.budget.seconds or 0.0
+            context.decide(
+                Decision(
+                    "time_spent",
+                    stage.key,
+                    f"the {context.request.budget.text} budget's time is spent ({context.spent_s() / 60:.1f} "
+                    f"of {seconds / 60:.1f} min run): {stage.key} and what follows do not start; the "
+                    "model so far is delivered",
+                    {"spent_s": round(context.spent_s(), 1), "seconds": seconds},
+                )
+            )
+        raise TimeSpent(stage.key)
+    return left / 3600
 
 
 def run_stage(context: TuneContext, stage: Stage) -> None:
@@ -50,6 +78,7 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
         context.say(f"{stage.key}: done in an earlier run, not run again")
         return
     request = context.request
+    limit = _time_limit(context, stage)
     before = None
     if stage.phase == SWEEP_PHASE:
         from tuner.cli.sweep_lr_cmd import show_result
@@ -67,7 +96,10 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
             devices=request.devices,
             storage=request.storage,
             progress=request.progress,
-            budget={"max_trials": stage.trials if stage.phase == round_phase(1) else None},
+            budget={
+                "max_trials": stage.trials if stage.phase == round_phase(1) else None,
+                "timeout_h": limit,
+            },
         ),
         before_summary=before,
         warm_start=context.warm_start,
@@ -221,17 +253,20 @@ def drive(context: TuneContext) -> LoadedStudy:
             )
         )
     loaded = current_study(context)
-    while True:
-        length = production(context, loaded)
-        if length is None:
-            length = sweep(context, loaded)
-            loaded = current_study(context)
-        note_best_before_fit(context, loaded, length)
-        round1(context, loaded, length)
-        following = next_study(context, loaded)
-        if following is None:
-            break
-        loaded = following
-    later_rounds(context, loaded, length)
+    try:
+        while True:
+            length = production(context, loaded)
+            if length is None:
+                length = sweep(context, loaded)
+                loaded = current_study(context)
+            note_best_before_fit(context, loaded, length)
+            round1(context, loaded, length)
+            following = next_study(context, loaded)
+            if following is None:
+                break
+            loaded = following
+        later_rounds(context, loaded, length)
+    except TimeSpent:
+        return loaded
     log_transfer(context, loaded)
     return loaded
