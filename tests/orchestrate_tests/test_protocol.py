@@ -148,6 +148,20 @@ def test_the_side_that_lost_the_lock_yields_its_duplicate_and_it_counts_for_noth
     assert (counts.slots, counts.running, counts.failed) == (1, 1, 0)
 
 
+def test_a_duplicate_whose_mark_was_acknowledged_late_is_still_failed(tmp_path: Path) -> None:
+    """Marking is two writes (``duplicate_of``, then FAIL): a connection cut after the first left
+    the retry seeing the mark and skipping the FAIL, so the yielded trial stayed RUNNING for good
+    (seen under load in the PostgreSQL chaos test: its worker had given it up)."""
+    storage, study, settings = _phase(tmp_path)
+    first = Claimer(storage, study, _slot).claim(settings)
+    rogue = Claimer(storage, study, lambda slot: _slot(0)).claim(settings)
+    assert isinstance(first, Claimed) and isinstance(rogue, Claimed)
+    lossy = LostAck(storage, "set_trial_user_attr")
+    assert yield_duplicates(lossy, study, [rogue.trial.number]) == [rogue.trial.number]
+    trial = study.get_trials()[rogue.trial.number]
+    assert (trial.state.name, trial.user_attrs["duplicate_of"]) == ("FAIL", first.trial.number)
+
+
 def test_a_result_told_for_a_trial_another_worker_failed_is_ignored(tmp_path: Path) -> None:
     storage, study, settings = _phase(tmp_path)
     claimed = Claimer(storage, study, _slot).claim(settings)

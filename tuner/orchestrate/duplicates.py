@@ -43,13 +43,16 @@ def _yield_once(storage: Any, study: Any, wanted: set[int]) -> list[int]:
     yielded = [t.number for t in trials if t.number in wanted and survivors.get(slot_key(t)) != t.number]
     for trial in trials:
         key = slot_key(trial)
-        if key not in keys or survivors[key] == trial.number or DUPLICATE_ATTR in trial.user_attrs:
+        if key not in keys or survivors[key] == trial.number:
             continue
         if trial.state.is_finished():
             continue  # a finished duplicate cannot be marked; ``counted`` leaves it out all the same
         trial_id = adapter.trial_id(storage, study, trial.number)
         try:
-            storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, survivors[key])
+            # two writes: a retry after a cut between them finds the mark and still owes the FAIL
+            # (its worker has given the trial up: left RUNNING, nothing would ever finish it)
+            if DUPLICATE_ATTR not in trial.user_attrs:
+                storage.set_trial_user_attr(trial_id, DUPLICATE_ATTR, survivors[key])
             storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
         except UpdateFinishedTrialError:
             pass  # it finished meanwhile: left out by ``counted`` all the same
