@@ -14,12 +14,17 @@ MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"
 READABLE = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 8.0)  # a suggested eval_every: one of these x 10^k
 
 
+def eval_steps(eval_every: int, trial_steps: int) -> set[int]:
+    """The steps a run of ``trial_steps`` is evaluated at: every ``eval_every``, and the last."""
+    if eval_every <= 0 or trial_steps <= 0:
+        return set()
+    return {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
+
+
 def eval_counts(eval_every: int, trial_steps: int) -> tuple[int, int]:
     """Evals in a run of ``trial_steps`` (every ``eval_every`` steps and after the last), and how
     many of them fall in its last 25%."""
-    if eval_every <= 0 or trial_steps <= 0:
-        return 0, 0
-    steps = {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
+    steps = eval_steps(eval_every, trial_steps)
     return len(steps), sum(1 for step in steps if step > LATE * trial_steps)
 
 

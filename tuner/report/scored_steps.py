@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tuner.report.eval_grid import eval_steps
 from tuner.report.findings import Finding, Level
 from tuner.report.study_data import PhaseData
 
@@ -33,11 +34,6 @@ class ScoredAtOtherSteps(Finding):
     source_eval_every: int
     eval_every: int
     trial_steps: int
-
-
-def eval_steps(eval_every: int, trial_steps: int) -> set[int]:
-    """The steps a run of ``trial_steps`` is evaluated at: every ``eval_every``, and the last."""
-    return {*range(eval_every, trial_steps + 1, eval_every), trial_steps}
 
 
 def scored_at_other_steps(phase: PhaseData, source: PhaseData) -> ScoredAtOtherSteps | None:
