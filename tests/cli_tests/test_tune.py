@@ -46,20 +46,23 @@ def trained_steps(output_dir: Path) -> int:
     )
 
 
-def tune_after(built: Any, stage: Any, budget: int, *flags: str) -> Any:
-    """``tune --budget BUDGET --json`` on a study whose ``stage`` (built, not trained) an earlier
-    run of the same budget finished: its state is stored first, as that run left it."""
+def store_tune_state(built: Any, stage: Any, budget: str, steps: int, spent_s: float = 0.0) -> None:
+    """The state an earlier ``tune --budget BUDGET`` (``steps`` training steps, ``spent_s`` wall
+    seconds) left after deciding ``stage`` (built, not trained)."""
     from tuner.orchestrate import open_storage
     from tuner.playbook.budget import parse_budget
     from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
 
     assert isinstance(stage, Stage)
     decided = [Decision("budget", built.name, f"budget {budget}", {})]
-    save_state(
-        open_storage(built.storage_url),
-        built.name,
-        TuneState(parse_budget(str(budget)), budget, [stage], decided),
-    )
+    state = TuneState(parse_budget(budget), steps, [stage], decided, spent_s=spent_s)
+    save_state(open_storage(built.storage_url), built.name, state)
+
+
+def tune_after(built: Any, stage: Any, budget: int, *flags: str) -> Any:
+    """``tune --budget BUDGET --json`` on a study whose ``stage`` (built, not trained) an earlier
+    run of the same budget finished: its state is stored first, as that run left it."""
+    store_tune_state(built, stage, str(budget), budget)
     return run_tuner(*tune_args(built, budget, *flags))
 
 
@@ -251,17 +254,14 @@ def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path
     """Round 1 done (built) in an earlier run: ``tune --dry-run`` and ``tuner estimate`` plan the
     rest alike, from what ran plus what is planned."""
     from tests.report_tests.builders import add_trial, study
-    from tuner.orchestrate import open_storage
-    from tuner.playbook.budget import parse_budget
-    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+    from tuner.playbook.decision_log import Stage
 
     built = study(tmp_path, round1={"steps": 10, "trials": 8})
     phase = built.start("round-1")
     for slot in range(6):  # 6 of the 8 trials ran
         add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
     first = Stage("toy", "round-1", str(built.path), [], 8, 80, steps_per_trial=10)
-    state = TuneState(parse_budget("400"), 400, [first], [Decision("budget", "toy", "budget 400", {})])
-    save_state(open_storage(built.storage_url), "toy", state)
+    store_tune_state(built, first, "400", 400)
     common = ("--output-dir", str(built.output_dir), "--json")
     dry = invoke("tune", str(built.path), "--budget", "400", "--dry-run", *common)
     assert dry.exit_code == 0, dry.output

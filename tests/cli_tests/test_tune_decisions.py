@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.cli_tests.test_tune import tune_after, tune_args, tune_study
+from tests.cli_tests.test_tune import store_tune_state, tune_after, tune_args, tune_study
 from tests.orchestrate_tests.conftest import run_tuner
 from tests.spec_tests._support import invoke
 
@@ -118,19 +118,14 @@ def _round1_done(tmp_path: Path, budget: str, spent_s: float) -> Any:
     """Round 1 (built: 4 trials of 10 steps) done by an earlier run of ``--budget BUDGET`` (400
     steps) that had run for ``spent_s`` wall seconds."""
     from tests.report_tests.builders import add_trial, study
-    from tuner.orchestrate import open_storage
-    from tuner.playbook.budget import parse_budget
-    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+    from tuner.playbook.decision_log import Stage
 
     built = study(tmp_path, round1={"steps": 10, "trials": 4}, round2={"top_k": 1})
     phase = built.start("round-1")
     for slot in range(4):
         add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
     first = Stage("toy", "round-1", str(built.path), [], 4, 40, done=True, steps_per_trial=10)
-    state = TuneState(
-        parse_budget(budget), 400, [first], [Decision("budget", "toy", "budget", {})], spent_s=spent_s
-    )
-    save_state(open_storage(built.storage_url), "toy", state)
+    store_tune_state(built, first, budget, 400, spent_s=spent_s)
     return built
 
 
