@@ -121,7 +121,7 @@ def test_run_round_imports_torch_once_for_all_its_workers(tmp_path: Path, output
     study = toy_study(tmp_path, round1={"trials": 4, "steps": 10})
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "2", "--output-dir", str(output_dir),
-        env=tuner_env(PYTHONPROFILEIMPORTTIME="1"),
+        env=tuner_env(PYTHONPROFILEIMPORTTIME="1"), cold=True,  # its zygote imports afresh, no spare
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     logs = {
@@ -141,3 +141,67 @@ def test_run_round_imports_torch_once_for_all_its_workers(tmp_path: Path, output
         assert not [m for m in imports[name] if m.split(".")[0] in ("torch", "optuna", "sqlalchemy")], (
             imports[name]
         )
+
+
+# a command forked from a zygote as the test suite forks ``tuner run-round``: it starts a pool of
+# its own ("pool"), or nothing ("idle"), and says what it saw
+COMMAND = """
+import json, os, sys
+from pathlib import Path
+from tuner.orchestrate.pool import LocalPool, LocalWorker
+out = Path(os.environ["OUT"])
+said = {"spare": os.environ.get("TUNER_WARM_SPARE")}
+if sys.argv[1] == "pool":
+    workers = [LocalWorker(w, env={"CUDA_VISIBLE_DEVICES": "", "CODE": "0"}) for w in ("w0", "w1")]
+    pool = LocalPool(lambda w: [sys.executable, "-m", "warm_target", w.label], workers, env={},
+                     log_dir=out / "command-logs", preload=("preloaded",))
+    pool.start()
+    server = pool.starter.server
+    said["zygote"] = server.pid
+    said["zygote_parent"] = int(Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    said["zygote_cmdline"] = Path(f"/proc/{server.pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+    said["codes"] = pool.wait(tick=lambda: None, tick_s=0.1)
+    said["zygote_after"] = os.path.exists(f"/proc/{server.pid}")
+(out / f"{sys.argv[1]}.json").write_text(json.dumps(said))
+"""
+
+
+def _spare_pid(named: str | None) -> int:
+    assert named is not None
+    return int(named.split(":")[1])
+
+
+def test_a_command_forked_from_a_zygote_forks_its_workers_from_a_spare_copy_of_it(tmp_path: Path) -> None:
+    """Nobody imports again (the preloaded module logs each import), the workers' parent is the
+    spare the command was given (its child, titled as a zygote, not as the command), and the
+    spare is gone with the pool: reaped by the command, or killed with a command that never used it."""
+    from tuner.orchestrate.warm_start import WarmStarter
+
+    (tmp_path / "warm_target.py").write_text(REPORT)
+    (tmp_path / "preloaded.py").write_text(PRELOADED)
+    (tmp_path / "spare_command.py").write_text(COMMAND)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]), "OUT": str(tmp_path)}
+    starter = WarmStarter(("preloaded",), log_path=tmp_path / "zygote.log", env=env)
+    try:
+        for kind in ("pool", "idle"):
+            argv = [sys.executable, "-m", "spare_command", kind]
+            command = starter.start(kind, argv, env=env, log_path=tmp_path / f"{kind}.log", spare=True)
+            assert command.wait() == 0, (tmp_path / f"{kind}.log").read_text()
+        seen = json.loads((tmp_path / "pool.json").read_text())
+        workers = [json.loads((tmp_path / f"{w}.json").read_text()) for w in ("w0", "w1")]
+        assert seen["codes"] == {"w0": 0, "w1": 0}
+        assert seen["zygote"] == _spare_pid(seen["spare"]) == workers[0]["ppid"] == workers[1]["ppid"]
+        assert seen["zygote_parent"] == starter.processes["pool"].pid  # the command's own child
+        assert seen["zygote_cmdline"].split()[1:3] == ["-m", "tuner.orchestrate.zygote"]
+        assert not seen["zygote_after"]  # reaped when the pool ended
+        assert len((tmp_path / "imports.log").read_text().split()) == 1  # only the first zygote's
+        assert [p.name for p in (tmp_path / "command-logs").glob("warm-start@*.log")]  # its log
+        idle = _spare_pid(json.loads((tmp_path / "idle.json").read_text())["spare"])
+        deadline = time.monotonic() + 60
+        while (
+            os.path.exists(f"/proc/{idle}") and "Z" not in Path(f"/proc/{idle}/stat").read_text().split()[2]
+        ):
+            assert time.monotonic() < deadline, "an unused spare outlived its command"
+            time.sleep(0.05)
+    finally:
+        starter.close()

@@ -20,33 +20,23 @@ pid freed and reused between the exit and the signal is someone else's (here the
 only one that reaps its children, delivers every signal); and it is one server per process,
 started with that process's environment of the moment (a pytest run starts many commands).
 
-The protocol: run-round writes one JSON request per line on the zygote's stdin (``start``:
-label, argv, env, folder, log, and an optional log of its own for stderr; ``signal``: label,
-signal number), and reads one JSON event per line from its stdout (``started``: label, pid;
-``exited``: label, exit code as ``subprocess`` gives it, negative for a signal). The zygote's
-own errors go to its log.
+This module is the command's side; the zygote's, with the protocol between them, is ``zygote``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
-import select
-import shlex
 import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-import setproctitle
-
-from tuner._lifetime import DIE_WITH_PARENT_ENV, die_with_parent
+from tuner.orchestrate import zygote
 
 POLL_S = 0.05  # how often ``WarmProcess.wait`` asks
 
@@ -77,24 +67,86 @@ class WarmProcess:
         return self.returncode
 
 
+class SpareZygote:
+    """A spare zygote this process was given (``zygote.fork_spare``): the part of
+    ``subprocess.Popen`` a ``WarmStarter`` uses of the zygote it starts otherwise."""
+
+    def __init__(self, pid: int, requests: int, replies: int) -> None:
+        self.pid = pid
+        self.stdin: BinaryIO | None = os.fdopen(requests, "wb")
+        self.stdout: BinaryIO | None = os.fdopen(replies, "rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: how it ended is not known
+                self.returncode = 1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout or 0.0)
+            time.sleep(POLL_S)
+        return code
+
+    def kill(self) -> None:
+        if self.poll() is None:  # not reaped: the pid is still ours
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def take_spare() -> SpareZygote | None:
+    """The spare zygote named in ``SPARE_ENV``, if it is this process's and alive; the name is
+    taken out of the environment either way (the workers, a second pool, never see it)."""
+    named = os.environ.pop(zygote.SPARE_ENV, "")
+    try:
+        owner, pid, requests, replies = (int(part) for part in named.split(":"))
+    except ValueError:
+        return None
+    if owner != os.getpid():  # inherited by a process the owner started: not its child
+        return None
+    spare = SpareZygote(pid, requests, replies)
+    if spare.poll() is None:
+        return spare
+    for stream in (spare.stdin, spare.stdout):
+        if stream is not None:
+            stream.close()
+    return None
+
+
 class WarmStarter:
     """Starts the zygote at once (it imports ``preload`` while the command goes on), then forks
-    each worker asked of it as soon as those imports are done."""
+    each worker asked of it as soon as those imports are done. A spare this process was given
+    serves instead, when there is one: it has imported them already."""
 
     def __init__(self, preload: Sequence[str], *, log_path: Path, env: dict[str, str]) -> None:
-        with log_path.open("ab") as log:
-            self.server = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(os.getpid()), *preload],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                start_new_session=True,  # a terminal's Ctrl-C is run-round's to forward, not ours
-            )
-        assert self.server.stdout is not None
-        os.set_blocking(self.server.stdout.fileno(), False)
         self.processes: dict[str, WarmProcess] = {}
         self._unread = b""
+        self.server: subprocess.Popen[bytes] | SpareZygote
+        spare = take_spare()
+        if spare is not None:
+            self.server = spare
+            log_path.open("ab").close()  # there from the start, as a zygote started afresh has it
+        else:
+            with log_path.open("ab") as log:
+                self.server = subprocess.Popen(
+                    [sys.executable, "-m", zygote.MODULE, str(os.getpid()), *preload],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    start_new_session=True,  # a terminal's Ctrl-C is run-round's to forward, not ours
+                )
+        assert self.server.stdout is not None
+        os.set_blocking(self.server.stdout.fileno(), False)
+        if spare is not None:
+            self.send({"op": "setup", "log": str(log_path), "preload": list(preload)})
 
     def start(
         self,
@@ -104,12 +156,14 @@ class WarmStarter:
         env: dict[str, str],
         log_path: Path,
         err_path: Path | None = None,
+        spare: bool = False,
     ) -> WarmProcess:
         """Fork ``argv`` (``[python, "-m", module, ...]``) as a worker logging to ``log_path``
-        (its stderr to ``err_path`` instead, when given: the tests read a command's two apart)."""
+        (its stderr to ``err_path`` instead, when given: the tests read a command's two apart);
+        ``spare``: it is a command that may start workers of its own, give it a spare zygote."""
         process = self.processes[label] = WarmProcess(self, label)
         request = {"op": "start", "label": label, "argv": argv, "env": env, "cwd": os.getcwd()}
-        request.update(log=str(log_path), err_log=str(err_path) if err_path else None)
+        request.update(log=str(log_path), err_log=str(err_path) if err_path else None, spare=spare)
         self.send(request)
         return process
 
@@ -192,134 +246,3 @@ class SharedWarmStart:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _become_worker(request: dict[str, Any], zygote: int, replies: int) -> None:
-    """In the forked child: turn into the worker the request describes; never returns."""
-    code = 1
-    try:
-        os.close(replies)
-        die_with_parent(signal.SIGTERM, parent_pid=zygote)  # a stop it can checkpoint on
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        log = os.open(request["log"], flags, 0o644)
-        errors = os.open(request.get("err_log") or request["log"], flags, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(errors, 2)
-        for fd in (log, errors, null):
-            os.close(fd)
-        argv = request["argv"]
-        # before the environment changes: setproctitle finds its room in the original one
-        setproctitle.setproctitle(shlex.join(argv))
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        if DIE_WITH_PARENT_ENV in os.environ:
-            os.environ[DIE_WITH_PARENT_ENV] = str(zygote)  # our parent now; it dies with run-round
-        sys.argv = [argv[2], *argv[3:]]
-        import runpy
-
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as stop:
-        if stop.code is None or isinstance(stop.code, int):
-            code = stop.code or 0
-        else:
-            print(stop.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed or broken stream: nothing more to say
-                stream.flush()
-        os._exit(code)
-
-
-class _Zygote:
-    """The serving side: forks a worker per ``start``, delivers each ``signal`` to a worker it
-    has not reaped yet (so never to a reused pid), and reports each exit as it reaps it. It
-    sleeps until a request or a child's exit (SIGCHLD, through Python's wakeup fd) wakes it."""
-
-    def __init__(self, replies: int) -> None:
-        self.replies = replies
-        self.children: dict[int, str] = {}
-        self.wake_read, self.wake_write = os.pipe()
-        for fd in (self.wake_read, self.wake_write):
-            os.set_blocking(fd, False)
-        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
-        signal.set_wakeup_fd(self.wake_write)
-
-    def serve(self) -> None:
-        unread, reading = b"", True
-        while reading or self.children:
-            watched = [0, self.wake_read] if reading else [self.wake_read]
-            ready, _, _ = select.select(watched, [], [], 1.0)
-            if self.wake_read in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self.wake_read, 1 << 12)
-            if 0 in ready:
-                chunk = os.read(0, 1 << 16)
-                reading = bool(chunk)
-                *lines, unread = (unread + chunk).split(b"\n")
-                for line in lines:
-                    self.handle(json.loads(line))
-            self.reap()
-
-    def handle(self, request: dict[str, Any]) -> None:
-        if request["op"] == "start":
-            sys.stdout.flush()
-            sys.stderr.flush()
-            zygote = os.getpid()
-            pid = os.fork()
-            if pid == 0:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(self.wake_read)
-                os.close(self.wake_write)
-                _become_worker(request, zygote, self.replies)
-            self.children[pid] = request["label"]
-            self.reply({"event": "started", "label": request["label"], "pid": pid})
-        elif request["op"] == "signal":
-            for pid, label in self.children.items():
-                if label == request["label"]:
-                    os.kill(pid, request["signal"])  # not reaped yet: still ours
-
-    def reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            label = self.children.pop(pid, None)
-            if label is not None:
-                self.reply({"event": "exited", "label": label, "code": os.waitstatus_to_exitcode(status)})
-
-    def reply(self, event: dict[str, Any]) -> None:
-        os.write(self.replies, json.dumps(event).encode() + b"\n")
-
-
-def serve(parent: int, preload: Sequence[str]) -> None:
-    """The zygote: import ``preload``, then fork a worker per request until stdin closes."""
-    die_with_parent(signal.SIGKILL, parent_pid=parent)
-    replies = os.dup(1)
-    os.dup2(2, 1)  # a stray print of an imported module goes to the log, not into the replies
-    for module in preload:
-        try:
-            importlib.import_module(module)
-        except Exception as error:  # the worker will import it again and say what is wrong
-            print(f"warm start: cannot preload {module}: {type(error).__name__}: {error}", file=sys.stderr)
-    _Zygote(replies).serve()
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2:])
-    # every worker has been reaped and reported: skip the second or more of interpreter teardown
-    # (torch's) that run-round would otherwise wait for before it can print its summary
-    sys.stderr.flush()
-    os._exit(0)
