@@ -46,6 +46,19 @@ def distributions(space: Mapping[str, Param]) -> dict[str, Any]:
     return result
 
 
+def suggest(trial: Any, name: str, distribution: Any) -> Any:
+    """``trial.suggest_*`` for one of ``distributions``'s values (the sampler picks the value)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    if isinstance(distribution, FloatDistribution):
+        return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    return trial.suggest_int(
+        name, distribution.low, distribution.high, log=distribution.log, step=distribution.step
+    )
+
+
 def to_config_values(space: Mapping[str, Param], params: Mapping[str, Any]) -> dict[str, Any]:
     """Optuna's params -> the values to set in the study (JSON choices decoded)."""
     return {

@@ -49,7 +49,7 @@ from tuner.orchestrate.messages import Errored
 from tuner.orchestrate.outage import is_storage_error, recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
-from tuner.orchestrate.search_space import Param, distributions, to_config_values
+from tuner.orchestrate.search_space import Param, distributions, suggest, to_config_values
 from tuner.orchestrate.stall import StallRule
 from tuner.orchestrate.storage import open_storage, with_retries
 from tuner.orchestrate.supervise import supervise
@@ -93,18 +93,6 @@ class WorkerResult:
     outcome: PhaseEnd
     message: str = ""
     trials_run: int = 0
-
-
-def _suggest(trial: Any, name: str, distribution: Any) -> Any:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-
-    if isinstance(distribution, FloatDistribution):
-        return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
-    if isinstance(distribution, CategoricalDistribution):
-        return trial.suggest_categorical(name, distribution.choices)
-    return trial.suggest_int(
-        name, distribution.low, distribution.high, log=distribution.log, step=distribution.step
-    )
 
 
 def open_worker_storage(url: str) -> Any:
@@ -242,7 +230,7 @@ class Worker:
 
     def _sample(self, trial_id: int) -> dict[str, Any]:
         trial = adapter.trial_for_sampling(self.study, trial_id)
-        return {key: _suggest(trial, key, dist) for key, dist in self.distributions.items()}
+        return {key: suggest(trial, key, dist) for key, dist in self.distributions.items()}
 
     def _job(self, slot: int, params: dict[str, Any], run_dir: Path) -> TrialJob:
         return self.options.make_job(slot, to_config_values(self.options.search_space, params), run_dir)

@@ -42,45 +42,7 @@ Rules, and why:
   says so in one line, with the length that follows if the labels are noisy (2 x the best step,
   on the eval grid) and why; the report's best-step verdict checks it again after round 1.
 
-``SweepResult.to_json()`` schema (keys are stable; floats that are NaN/inf become ``null``)::
-
-    {
-      "rows": [                       # one per LR, ascending LR
-        {"lr": float, "seeds": int,   # seeds expected (or seen, if more)
-         "seed_outcomes": [str],      # SweepOutcome per seed index: fit, not_fit, diverged,
-                                      #   failed, running, pending, cannot_win
-         "fit_steps": [int],          # fit steps of the seeds that fit, ascending
-         "median_fit_step": float|null, "spread": [min, max]|null,  # spread: 2+ seeds fit
-         "slowest_fit_step": int|null,# the max fit step, only when every seed fit
-         "stopped_at_step": int|null, # stopped (cannot win) seeds: the last step they trained
-         "outcome": str,              # RowOutcome: fit, partly_fit, not_fit, diverged, failed,
-                                      #   cannot_win, running, pending
-         "outcome_text": str,         # e.g. "fit", "fit 1 of 2 seeds, 1 diverged"
-         "final_train_loss": float|null,  # median over seeds that report one
-         "best_fit_value": float|null,    # best over seeds (in the fit metric's direction)
-         "median_best_step": float|null}  # where the objective was best, median over seeds
-      ],
-      "recommended_max_train_steps": int|null,
-      "fastest_lr": float|null,
-      "provisional": bool,            # some trials are running or not started
-      "verdicts": [                   # kind + the verdict's own fields + "text" + "advice"
-        {"kind": "recommendation", "steps", "lr", "fit_step", "eval_every", "text", "advice"},
-        {"kind": "fastest_at_edge", "edge": "low"|"high", "lr", "new_points",
-         "extended_grid", "text", "advice"},
-        {"kind": "fit_at_first_eval", "lr", "fit_step", "eval_every", "text", "advice"},
-        {"kind": "best_long_before_fit", "lr", "best_step", "fit_step", "noisy_labels_steps",
-         "text", "advice"},
-        {"kind": "nothing_fits", "max_steps", "best_lr", "best_value", "partly_fit_lrs",
-         "best_step", "noisy_labels_steps", "text", "advice"},  # the last two: null unless the
-                                      #   objective was best at or before half of max_steps
-        {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
-        {"kind": "diverged", "lrs", "threshold_lr", "partial_lrs", "text", "advice"},
-        {"kind": "stopped_cannot_win", "lrs", "stopped_at_steps", "fit_step", "steps_saved",
-         "text", "advice"},
-        {"kind": "infra_failed", "lrs", "reasons", "text", "advice"},
-        {"kind": "provisional", "running", "pending", "text", "advice"}
-      ]
-    }
+``SweepResult.to_json()``'s schema is in its docstring (``sweep_result.py``).
 """
 
 from __future__ import annotations
