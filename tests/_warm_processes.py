@@ -4,21 +4,21 @@ has already imported torch (tuner's zygote, ``tuner.orchestrate.warm_start``), o
 Why: the chaos, preemption and multi-machine tests start "a worker on another machine" by hand,
 about 50 in a suite run. As commands of their own they each imported torch and ``torch._dynamo``
 (3.7 CPU s each here, 186 CPU s of a suite with 685 s of CPU-bound wall time on 2 cores); forked
-they cost a third of a second. The same holds for every command a test runs to its end
-(``run_tuner`` in ``tests/orchestrate_tests/conftest.py``: ``tuner train`` 1.5 CPU s cold, a
-``run-round`` command 0.9 s before its own zygote; about 200 a suite run) unless it asks for a
-cold start. A command that starts workers (``POOL_COMMANDS``) is also given a spare copy of the
-zygote to fork them from (``tuner.orchestrate.zygote``), instead of a zygote of its own that
-imports torch again (2.8 CPU s; one file of run-round tests took 49 s instead of 104 s).
-A zygote's own start stays tested in test_warm_start and wherever a test asks for a cold
-command. What such a test is about (claims, retries, beats, signals,
-exit codes) is the command's code after its imports, and that is the same: the zygote runs
-``python -m tuner ARGS`` in the child with ``runpy``, in a session of its own, with the test's
-environment, folder and command line (``ps`` shows it), as it does for every worker a
-``run-round`` starts. A worker's start from a cold interpreter stays tested where it matters:
-``test_cli``, ``test_examples``, ``test_slurm_example``, ``test_storage_outage``,
-``test_env_settings``, test_preemption's orphaned and stopped-while-starting workers and
-test_worker_imports's import list still run ``tuner worker`` as a command of its own.
+they cost a third of a second. The same holds for every command a test runs to its end or starts
+(``run_tuner``, ``start_tuner`` in ``tests/orchestrate_tests/conftest.py``: ``tuner train`` 1.5
+CPU s cold, a ``run-round`` command 0.9 s before its own zygote; about 220 a suite run) unless it
+asks for a cold start. A command that starts workers (``POOL_COMMANDS``) is also given a spare
+copy of the zygote to fork them from (``tuner.orchestrate.zygote``), instead of a zygote of its
+own that imports torch again (2.8 CPU s; one file of run-round tests took 49 s instead of 104 s).
+A zygote's own start stays tested in test_warm_start and wherever a test asks for a cold command.
+What such a test is about (claims, retries, beats, signals, exit codes) is the command's code
+after its imports, and that is the same: the zygote runs ``python -m tuner ARGS`` in the child
+with ``runpy``, in a session of its own, with the test's environment, folder and command line
+(``ps`` shows it), as it does for every worker a ``run-round`` starts. A worker's start from a
+cold interpreter stays tested where it matters: ``test_cli``, ``test_examples``,
+``test_slurm_example``, ``test_storage_outage``, ``test_env_settings``, test_preemption's orphaned
+and stopped-while-starting workers and test_worker_imports's import list still run ``tuner
+worker`` as a command of its own.
 
 ``spawn_warm_tuner`` returns a ``WarmTuner``: the part of ``subprocess.Popen`` the tests use
 (``pid``, which is its process group; ``poll``, ``wait``, ``communicate``, ``send_signal``,

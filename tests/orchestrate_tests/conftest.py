@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests._processes import PATIENCE_S, run, spawn_tuner, tuner_args
-from tests._warm_processes import run_warm_tuner
+from tests._warm_processes import run_warm_tuner, spawn_warm_tuner
 
 HERE = Path(__file__).parent
 # beats every 1 s (grace 12 s; the tests that kill workers set TUNER_HEARTBEAT_GRACE_S lower)
@@ -85,8 +85,13 @@ def run_tuner(
     return run([sys.executable, "-m", "tuner", *tuner_args(args)], env=env or tuner_env(), timeout=timeout)
 
 
-def start_tuner(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
-    """``tuner ARGS`` started, in a process group of its own that is killed with the test."""
+def start_tuner(*args: str, env: dict[str, str] | None = None, cold: bool = False, **popen: Any) -> Any:
+    """``tuner ARGS`` started, killed with the test: forked from the test process's zygote as
+    ``run_tuner`` does (a ``WarmTuner``, in a session of its own, its output merged), or ``cold``
+    from a fresh interpreter (a ``subprocess.Popen`` in a process group of its own, with ``popen``)."""
+    if not cold:
+        assert set(popen) <= {"start_new_session"}, f"{sorted(popen)}: a cold command's options"
+        return spawn_warm_tuner(*args, env=env or tuner_env())
     return spawn_tuner(*args, env=env or tuner_env(), **popen)
 
 

@@ -152,7 +152,7 @@ def test_a_worker_with_a_different_study_file_may_not_join(tmp_path: Path, outpu
 def test_a_worker_told_to_wait_serves_a_phase_started_after_it(tmp_path: Path, output_dir: Path) -> None:
     """A cluster submits the worker array with the job that starts the phase: whichever runs
     first, the workers serve it (``--wait-for-phase``); without the option they are refused."""
-    from tests._processes import finish
+    from tests._processes import finish, wait_for
     from tests.orchestrate_tests.conftest import load_phase, sqlite_url, start_tuner
 
     study = toy_study(tmp_path, round1={"trials": 2, "steps": 10})
@@ -161,8 +161,9 @@ def test_a_worker_told_to_wait_serves_a_phase_started_after_it(tmp_path: Path, o
     )
 
     # its first line says it waits (stdout and stderr merged): it is up before the phase exists
-    assert worker.stdout is not None
-    assert "waiting up to 300 s for phase round-1 to be started" in worker.stdout.readline()
+    waits = "waiting up to 300 s for phase round-1 to be started"
+    wait_for(lambda: "\n" in worker.output() or worker.poll() is not None, what="the worker's first line")
+    assert worker.output().splitlines()[0] == waits, worker.output()
     assert worker.poll() is None and not output_dir.exists()
     start_round(load_study(study), "round-1", output_dir)
 

@@ -264,7 +264,9 @@ def test_a_worker_whose_run_round_is_already_gone_stops_at_once(tmp_path: Path, 
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid that is not our worker's parent any more
     env = tuner_env(**{DIE_WITH_PARENT_ENV: str(gone.pid)})
-    worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
+    worker = start_tuner(
+        "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env, cold=True
+    )
     output, _ = finish(worker, lambda: 0, what="the orphaned worker")
     assert worker.returncode == 130, output
     assert "Traceback" not in output
@@ -275,7 +277,9 @@ def test_a_worker_stopped_while_it_starts_up_exits_as_interrupted(tmp_path: Path
     study = toy_study(tmp_path)
     # as run-round starts it: it waits for the phase (not created here) instead of failing
     env = tuner_env(**{DIE_WITH_PARENT_ENV: str(os.getpid())})  # we are its parent
-    worker = start_tuner("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env)
+    worker = start_tuner(
+        "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), env=env, cold=True
+    )
     time.sleep(3)  # importing, or waiting for the phase: either is right (no progress to wait on)
     worker.send_signal(signal.SIGTERM)
     output, _ = finish(worker, lambda: 0, what="the stopped worker")

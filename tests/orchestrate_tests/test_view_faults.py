@@ -7,7 +7,6 @@ untouched) while its role may not log in again. The workers keep their connectio
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,24 +44,16 @@ def _local_tcp_ports(pid: int) -> set[int]:
 
 
 class _Output:
-    """Collects a process's output lines as they come."""
+    """A command's output as it comes (``WarmTuner.output``: its log, read again at each look)."""
 
     def __init__(self, process: Any) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
-
-    def _read(self, process: Any) -> None:
-        for line in process.stdout:
-            self.lines.append(line)
+        self.process = process
 
     def text(self) -> str:
-        return "".join(self.lines)
+        return str(self.process.output())
 
     def all_of_it(self) -> str:
-        """Everything, once the process has exited: the reader has met the end of its output (a
-        fixed pause would lose the last lines on a busy machine)."""
-        self._thread.join(timeout=120)
+        """Everything, once the process has exited (its log is complete then)."""
         return self.text()
 
 
