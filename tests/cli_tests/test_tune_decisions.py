@@ -5,6 +5,8 @@ long before the fit, and a duration budget as a wall-clock limit (issue 19, sect
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +116,13 @@ def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_le
     assert [d["kind"] for d in json.loads(again.stdout)["decisions"]].count("sweep_best_before_fit") == 1
 
 
-def _round1_done(tmp_path: Path, budget: str, spent_s: float) -> Any:
+def _round1_done(tmp_path: Path, budget: str, spent_s: float, **options: Any) -> Any:
     """Round 1 (built: 4 trials of 10 steps) done by an earlier run of ``--budget BUDGET`` (400
-    steps) that had run for ``spent_s`` wall seconds."""
+    steps) that had run for ``spent_s`` wall seconds; ``options``: the toy workload's."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
 
-    built = study(tmp_path, round1={"steps": 10, "trials": 4}, round2={"top_k": 1})
+    built = study(tmp_path, round1={"steps": 10, "trials": 4}, round2={"top_k": 1}, options=options or None)
     phase = built.start("round-1")
     for slot in range(4):
         add_trial(phase, slot, 0.1 * (slot + 1), {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
@@ -160,3 +162,38 @@ def test_a_duration_budget_limits_each_phase_to_the_time_left(tmp_path: Path) ->
     assert state is not None and state.spent_s > 600
     limit = load_phase(built.storage_url, "toy", "round-2").user_attrs[SETTINGS_ATTR]["timeout_h"]
     assert 3000 - (state.spent_s - 600) <= limit * 3600 <= 3000
+
+
+def test_a_duration_budget_stopped_with_ctrl_c_keeps_the_seconds_it_ran(tmp_path: Path) -> None:
+    """Ctrl-C while round 2 trains: the seconds up to the stop are added to the state (else the
+    same command run again would have more time than the budget has left)."""
+    from optuna.trial import TrialState
+
+    from tests._processes import wait_for
+    from tests.orchestrate_tests.conftest import load_phase, start_tuner
+    from tuner.orchestrate.storage import open_storage
+    from tuner.playbook.decision_log import load_state
+
+    built = _round1_done(tmp_path, "1h", spent_s=600, step_sleep_s=0.05)
+    command = start_tuner(*tune_args(built, "1h", "--no-apply-suggestions"))
+
+    def round2_trains() -> bool:
+        if not (built.output_dir / "toy" / "round-2").exists():
+            return False
+        try:
+            trials = load_phase(built.storage_url, "toy", "round-2").get_trials(deepcopy=False)
+        except KeyError:  # the phase is being created
+            return False
+        return any(t.state == TrialState.RUNNING for t in trials)
+
+    wait_for(lambda: round2_trains() or command.poll() is not None, what="round 2 to train")
+    assert command.poll() is None, command.output()
+    state = load_state(open_storage(built.storage_url), "toy")
+    assert state is not None
+    before = state.spent_s  # the state as the run saved it last, before round 2 started
+    time.sleep(1.5)  # nothing saves the state meanwhile: round 2 is still training
+    command.send_signal(signal.SIGINT)
+    output, _ = command.communicate(timeout=120)
+    assert command.returncode == 130, output
+    state = load_state(open_storage(built.storage_url), "toy")
+    assert state is not None and state.spent_s >= before + 1.5, (before, state.spent_s)
