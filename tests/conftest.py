@@ -44,7 +44,7 @@ def _kill_what_the_test_started() -> Iterator[None]:
 # short files instead of running alone at the end (xdist's own reorder puts files with few
 # tests, usually these, last). A file not listed keeps its place after them.
 SLOWEST_FILES = (
-    "benchmarks_tests/test_outcome.py",  # --quick: ~190 CPU s of process starts and training
+    "benchmarks_tests/test_outcome.py",  # --quick: 73-95 s here, the longest test of the suite
     "orchestrate_tests/test_round1.py",
     "cli_tests/test_tune.py",
     "cli_tests/test_tune_decisions.py",
