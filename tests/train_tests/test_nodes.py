@@ -40,11 +40,17 @@ def _agents(pid: int) -> list[int]:
     return found
 
 
+def _environment(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry)
+
+
 def test_two_nodes_stopped_with_ctrl_c_resume_to_the_losses_of_one_machine(tmp_path: Path) -> None:
     """A 2-node x 1-rank run is the same computation as a 2-process run on one machine: a Ctrl-C
     (the owner's stop file: every rank stops at one step, with a checkpoint), then the same
     command again, gives those losses to the bit. The agents are started by the ``command``
-    launcher (a user's template, here the agent itself)."""
+    launcher (a user's template, here the agent itself in an empty environment, as `kubectl exec`
+    into a pod or `ssh` starts it: the ranks need nothing of the owner's)."""
     local = ddp_study(tmp_path / "local")
     done = run_tuner("train", str(local), "--output-dir", str(tmp_path / "local" / "runs"), "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -56,7 +62,9 @@ def test_two_nodes_stopped_with_ctrl_c_resume_to_the_losses_of_one_machine(tmp_p
         nodes=2,
         processes_per_trial=1,
         launcher="command",
-        launch_command="exec {torchrun}",
+        # as `kubectl exec` into a pod or `ssh` gives it: none of the owner's environment (only
+        # what a node's image sets, here PATH and one thread a rank, as the local run had)
+        launch_command='exec env -i PATH="$PATH" OMP_NUM_THREADS=1 {torchrun}',
         rendezvous_host="127.0.0.1",
     )
     args = ("train", str(study), "--output-dir", str(tmp_path / "nodes" / "runs"), "--no-progress")
@@ -64,7 +72,14 @@ def test_two_nodes_stopped_with_ctrl_c_resume_to_the_losses_of_one_machine(tmp_p
     run_dir = tmp_path / "nodes" / RUN
     metrics = run_dir / "metrics.csv"
     wait_for(lambda: metrics.exists() and "\n9," in metrics.read_text(), what="row 9", process=command)
-    assert len(_agents(command.pid)) == 2
+    agents = _agents(command.pid)
+    assert len(agents) == 2
+    # each rank has what torchrun gives it, and nothing of the owner's environment
+    ranks = [_environment(rank) for agent in agents for rank in descendants(agent)]
+    assert sorted(env["RANK"] for env in ranks) == ["0", "1"], ranks
+    for env in ranks:
+        assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] and env["MASTER_PORT"]
+        assert not [key for key in env if key.startswith(("TUNER_", "PYTEST"))], sorted(env)
     command.send_signal(signal.SIGINT)  # Ctrl-C
     output, _ = finish(command, lambda: metrics.stat().st_size, what="the interrupted run")
     assert command.returncode == 130, output
