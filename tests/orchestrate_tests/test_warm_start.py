@@ -175,6 +175,7 @@ def test_a_command_forked_from_a_zygote_forks_its_workers_from_a_spare_copy_of_i
     """Nobody imports again (the preloaded module logs each import), the workers' parent is the
     spare the command was given (its child, titled as a zygote, not as the command), and the
     spare is gone with the pool: reaped by the command, or killed with a command that never used it."""
+    from tests._processes import alive, wait_for
     from tuner.orchestrate.warm_start import WarmStarter
 
     (tmp_path / "warm_target.py").write_text(REPORT)
@@ -197,11 +198,6 @@ def test_a_command_forked_from_a_zygote_forks_its_workers_from_a_spare_copy_of_i
         assert len((tmp_path / "imports.log").read_text().split()) == 1  # only the first zygote's
         assert [p.name for p in (tmp_path / "command-logs").glob("warm-start@*.log")]  # its log
         idle = _spare_pid(json.loads((tmp_path / "idle.json").read_text())["spare"])
-        deadline = time.monotonic() + 60
-        while (
-            os.path.exists(f"/proc/{idle}") and "Z" not in Path(f"/proc/{idle}/stat").read_text().split()[2]
-        ):
-            assert time.monotonic() < deadline, "an unused spare outlived its command"
-            time.sleep(0.05)
+        wait_for(lambda: not alive(idle), 60, "an unused spare to end with its command")
     finally:
         starter.close()
