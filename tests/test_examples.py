@@ -4,7 +4,6 @@ and ``tuner`` commands that the CLI accepts (the Slurm script under a real Slurm
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import subprocess
 import sys
@@ -95,40 +94,75 @@ def test_the_slurm_script_without_its_arguments_says_how_to_submit_it(tmp_path: 
     assert usage.returncode != 0 and "usage: sbatch --array=0-N workers.sbatch" in usage.stderr
 
 
-def test_the_kubernetes_multinode_recipe_runs_each_node_in_its_own_pod(tmp_path: Path) -> None:
-    """``multinode-trials.yaml``: the study it carries validates, and what the worker would run
-    for an attempt (``kubectl exec`` of each node's agent) names pods that the StatefulSet makes,
-    that the worker may exec into, with the rendezvous on the first of them through the Service."""
+def _node_pods(documents: dict[str, dict]) -> tuple[list[str], dict, str]:
+    """The trial-node pods a recipe makes, in node order, their container, and the host name of
+    node 0 (where the rendezvous is): a StatefulSet's pods ``NAME-i`` behind its headless
+    Service, or a PyTorchJob's ``NAME-master-0``, ``NAME-worker-0``... each behind the Service of
+    its own name that the training operator makes."""
+    if "StatefulSet" in documents:
+        nodes, service = documents["StatefulSet"], documents["Service"]
+        assert service["spec"]["clusterIP"] == "None"
+        assert nodes["spec"]["serviceName"] == service["metadata"]["name"]
+        assert service["spec"]["selector"].items() <= nodes["spec"]["template"]["metadata"]["labels"].items()
+        pods = [f"{nodes['metadata']['name']}-{i}" for i in range(nodes["spec"]["replicas"])]
+        (container,) = nodes["spec"]["template"]["spec"]["containers"]
+        return pods, container, f"{pods[0]}.{service['metadata']['name']}"
+    job = documents["PyTorchJob"]
+    name, replicas = job["metadata"]["name"], job["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1
+    pods = [f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(replicas["Worker"]["replicas"])]
+    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == len(pods)  # a gang
+    containers = [replicas[kind]["template"]["spec"]["containers"] for kind in ("Master", "Worker")]
+    assert containers[0] == containers[1] and [c["name"] for c in containers[0]] == ["pytorch"]
+    return pods, containers[0][0], pods[0]
+
+
+def _kubectl_runs(shell: str, tmp_path: Path) -> list[str]:
+    """The arguments ``kubectl`` gets when the worker runs a node's launch command (``/bin/sh
+    -c``, as ``tuner.train.nodes`` does), read from a ``kubectl`` on PATH that records them: what
+    the launcher produces, with the shell's own expansion of the template done for real."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "kubectl-args"
+    bin_dir.mkdir(exist_ok=True)
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done > "$KUBECTL_ARGS"\n')
+    kubectl.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KUBECTL_ARGS": str(record)}
+    done = subprocess.run(["/bin/sh", "-c", shell], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return record.read_text().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("recipe", ["multinode-trials.yaml", "multinode-trials-pytorchjob.yaml"])
+def test_the_kubernetes_multinode_recipes_run_each_node_in_its_own_pod(recipe: str, tmp_path: Path) -> None:
+    """A multi-node recipe: the study it carries validates, and what the worker would run for
+    an attempt (``kubectl exec`` of each node's agent) names, node by node, the pods that the
+    StatefulSet (or the PyTorchJob) makes, that the worker may exec into, with the rendezvous on
+    the first of them."""
     from tuner.spec import load_study
     from tuner.train.node_files import NodeAttempt
-    from tuner.train.node_launchers import DEFAULT_PORT_RANGE, agent_commands
+    from tuner.train.node_launchers import DEFAULT_PORT_RANGE, agent_commands, torchrun_argv
 
-    documents = {
-        d["kind"]: d
-        for d in yaml.safe_load_all((EXAMPLES / "kubernetes" / "multinode-trials.yaml").read_text())
-        if d
-    }
+    text = (EXAMPLES / "kubernetes" / recipe).read_text()
+    documents = {d["kind"]: d for d in yaml.safe_load_all(text) if d}
     study_file = tmp_path / "study.yaml"
     study_file.write_text(documents["ConfigMap"]["data"]["study.yaml"])
     training = load_study(study_file).spec.training
-    nodes, service = documents["StatefulSet"], documents["Service"]
-    assert training.nodes == nodes["spec"]["replicas"] and training.launcher == "command"
-    (node_container,) = nodes["spec"]["template"]["spec"]["containers"]
+    pods, node_container, head = _node_pods(documents)
+    assert training.nodes == len(pods) and training.launcher == "command"
     assert node_container["resources"]["limits"]["nvidia.com/gpu"] == training.processes_per_trial
-    assert (
-        service["spec"]["clusterIP"] == "None" and nodes["spec"]["serviceName"] == service["metadata"]["name"]
-    )
-    assert service["spec"]["selector"].items() <= nodes["spec"]["template"]["metadata"]["labels"].items()
-    pods = [f"{nodes['metadata']['name']}-{i}" for i in range(training.nodes)]
-    assert training.rendezvous_host == f"{pods[0]}.{service['metadata']['name']}"
+    assert training.rendezvous_host == head
     for rule in documents["Role"]["rules"]:
         assert rule["resourceNames"] == pods
     worker = documents["Job"]["spec"]["template"]["spec"]
     assert worker["serviceAccountName"] == documents["RoleBinding"]["subjects"][0]["name"]
     assert documents["RoleBinding"]["roleRef"]["name"] == documents["Role"]["metadata"]["name"]
+    (worker_container,) = worker["containers"]
+    assert worker_container["command"][:3] == ["tuner", "worker", "/study/study.yaml"]
+    assert {v["name"]: v for v in worker["volumes"]}["study"]["configMap"]["name"] == (
+        documents["ConfigMap"]["metadata"]["name"]
+    )
     # the run folders: one volume, at the same path in the worker and in every trial node
     mounts = {m["name"]: m["mountPath"] for m in node_container["volumeMounts"]}
-    (worker_container,) = worker["containers"]
     assert (
         mounts["runs"]
         == {m["name"]: m["mountPath"] for m in worker_container["volumeMounts"]}["runs"]
@@ -137,15 +171,18 @@ def test_the_kubernetes_multinode_recipe_runs_each_node_in_its_own_pod(tmp_path:
 
     attempt = NodeAttempt(Path("/runs/my-model/round-1/trial-0000/.nodes/tuner-0123456789abcdef"))
     commands = agent_commands(training, attempt)
+    assert len(commands) == training.nodes
     for node, command in enumerate(commands):
-        words = shlex.split(command.shell)
-        assert words[:4] == ["kubectl", "exec", pods[node], "--"]
-        agent = words[4:]
+        words = _kubectl_runs(command.shell, tmp_path)
+        assert words[:3] == ["exec", pods[node], "--"], (node, words)
+        agent = words[3:]
         assert agent[1:3] == ["-m", "tuner.train.node_agent"]
         assert (
             f"--nnodes={training.nodes}" in agent
             and f"--nproc-per-node={training.processes_per_trial}" in agent
         )
-        host, port = next(a for a in agent if a.startswith("--rdzv-endpoint=")).split("=", 1)[1].split(":")
+        endpoint = next(a for a in agent if a.startswith("--rdzv-endpoint=")).split("=", 1)[1]
+        host, port = endpoint.split(":")
         assert host == training.rendezvous_host and DEFAULT_PORT_RANGE[0] <= int(port) < DEFAULT_PORT_RANGE[1]
+        assert agent == torchrun_argv(training, attempt, endpoint)  # unchanged by the shell
         assert agent[-1] == str(attempt.folder)  # under /runs: every pod reads the attempt's files
