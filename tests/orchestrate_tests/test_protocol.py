@@ -7,6 +7,7 @@ by the error a dropped connection raises.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -369,15 +370,63 @@ def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_pat
 
 
 def test_a_result_whose_acknowledgement_was_lost_is_told_again_harmlessly(tmp_path: Path) -> None:
+    storage, study, settings = _phase(tmp_path)
+    claimed = Claimer(storage, study, _slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    lossy = LostAck(storage, "set_trial_state_values")
+    done = Finished("completed", "", 40, 0.5, 40, None, 1.0)
+    Recorder(
+        lossy, study, claimed.trial_id, claimed.trial.number, attempt=0, last_step=40, frozen=claimed.trial
+    ).record(done, tmp_path, settings)
+    (trial,) = study.get_trials()
+    assert trial.state.name == "COMPLETE" and trial.value == 0.5
+
+
+class CountingStorage:
+    """A real storage that counts the calls made to each of its methods."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage, self.calls = storage, Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._storage, name)
+        if not callable(real):
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_a_completed_trial_is_finished_in_one_write_after_its_sampler_hook(tmp_path: Path) -> None:
+    """``Study.tell(number, value)`` cost five storage round trips per trial (the trial's id
+    looked up by its number, the whole trial read, the write, then both reads again for a copy
+    nobody read); the result is now one write, with what tell did besides: the sampler's
+    ``after_trial`` hook first, and the attributes written before the trial is finished."""
     import optuna
 
     storage, study, settings = _phase(tmp_path)
     claimed = Claimer(storage, study, _slot).claim(settings)
     assert isinstance(claimed, Claimed)
-    lossy = optuna.load_study(study_name="s/round-1", storage=LostAck(storage, "set_trial_state_values"))
+    hooked: list[tuple[int, str, list[float] | None]] = []
+
+    class Hooked(optuna.samplers.RandomSampler):
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            hooked.append((trial.number, state.name, values))
+
+    counting = CountingStorage(storage)
+    study = optuna.load_study(study_name="s/round-1", storage=counting, sampler=Hooked())
+    counting.calls.clear()
     done = Finished("completed", "", 40, 0.5, 40, None, 1.0)
-    Recorder(storage, lossy, claimed.trial_id, claimed.trial.number, attempt=0, last_step=40).record(
-        done, tmp_path, settings
-    )
+    Recorder(
+        counting, study, claimed.trial_id, claimed.trial.number, attempt=0, last_step=40, frozen=claimed.trial
+    ).record(done, tmp_path, settings)
+    assert hooked == [(claimed.trial.number, "COMPLETE", [0.5])]
+    attrs = counting.calls.pop("set_trial_user_attr")
+    assert dict(counting.calls) == {"set_trial_state_values": 1}, counting.calls  # nothing read
     (trial,) = study.get_trials()
     assert trial.state.name == "COMPLETE" and trial.value == 0.5
+    assert attrs == len({"worker_rss_mb", "train_s", "best_step", "final_step"})
+    assert trial.user_attrs["best_step"] == 40  # written before the trial was finished

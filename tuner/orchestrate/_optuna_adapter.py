@@ -4,8 +4,9 @@ server object (``grpc_proxy_server``), and, for tests only, skewing the clock Op
 with (at the end).
 
 Everything else goes through public API: ``RDBStorage`` methods (``create_new_trial``,
-``set_trial_state_values``, ``record_heartbeat``, ``get_trial_id_from_study_id_trial_number``…)
-and ``Study.tell``. Optuna is pinned to the majors this was written against (pyproject.toml);
+``set_trial_state_values``, which also finishes a trial with its value: ``record.Recorder``,
+``record_heartbeat``, ``get_trial_id_from_study_id_trial_number``…) and ``Study.tell`` (a
+pruned trial). Optuna is pinned to the majors this was written against (pyproject.toml);
 when it moves, this module is the one to check.
 """
 

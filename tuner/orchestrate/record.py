@@ -9,6 +9,7 @@ was lost is harmless too.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,11 @@ class Recorder:
         attempt: int,
         last_step: int | None,
         on_eval: Callable[[int], None] = lambda step: None,
+        frozen: Any = None,
     ) -> None:
+        """``frozen``: the trial's ``FrozenTrial`` as claimed, for the sampler's ``after_trial``."""
         self.storage, self.study, self.trial_id, self.number = storage, study, trial_id, number
-        self.attempt, self.last_step, self.on_eval = attempt, last_step, on_eval
+        self.attempt, self.last_step, self.on_eval, self.frozen = attempt, last_step, on_eval, frozen
 
     def _set(self, key: str, value: Any) -> None:
         from optuna.exceptions import UpdateFinishedTrialError
@@ -97,6 +100,27 @@ class Recorder:
         """Record a failure (``fail_trial`` retries storage errors itself)."""
         return fail_trial(self.storage, self.study, self.trial_id, reason, message, settings, **attrs)
 
+    def _complete(self, value: float) -> None:
+        """COMPLETE with ``value``, in one storage write (``set_trial_state_values``, Optuna's
+        public storage API, as a failure is written in ``fail_trial``).
+
+        ``Study.tell(number, value)`` costs five round trips: it looks the trial's id up by its
+        number and reads the whole trial twice, before (to check its state) and after (to
+        return a copy that nobody here reads). What else it does is done here: a NaN is refused
+        as tell refuses it, and the sampler's ``after_trial`` hook runs first (a no-op for
+        tuner's TPE, quasi-random and random samplers; kept so that one that uses it works).
+        Finishing is first-writer-wins (``check_trial_is_updatable``): a trial finished
+        elsewhere, or by this very write whose acknowledgement was lost and is retried, raises
+        ``UpdateFinishedTrialError``, which is what tell's ``skip_if_finished`` made harmless.
+        """
+        from optuna.trial import TrialState
+
+        if math.isnan(value):
+            raise ValueError(f"The value {value} is not acceptable")
+        if self.frozen is not None:
+            self.study.sampler.after_trial(self.study, self.frozen, TrialState.COMPLETE, [float(value)])
+        with_retries(self.storage.set_trial_state_values, self.trial_id, TrialState.COMPLETE, [float(value)])
+
     def record(self, outcome: Outcome, run_dir: Path, settings: PhaseSettings) -> None:
         """The trial's end: its value (COMPLETE), a clean stop (PRUNED), or a failure."""
         from optuna.exceptions import UpdateFinishedTrialError
@@ -119,10 +143,9 @@ class Recorder:
                         self._set(key, value)
                 except TrialAbandoned:
                     return
-                # skip_if_finished checks the state before Optuna's write: a trial failed as stale
-                # in between still raises, and then it is simply no longer ours
+                # a trial failed as stale in between raises: then it is simply no longer ours
                 with contextlib.suppress(UpdateFinishedTrialError):
-                    with_retries(self.study.tell, self.number, outcome.best_value, skip_if_finished=True)
+                    self._complete(outcome.best_value)
                 return
             case Finished() if outcome.status == "stopped":
                 # a clean stop (e.g. a trial that can no longer change the phase's result,
@@ -134,7 +157,9 @@ class Recorder:
                         self._set(key, value)
                 except TrialAbandoned:
                     return
-                with contextlib.suppress(UpdateFinishedTrialError):  # see above
+                # rare (a trial outpaced in sweep-lr): Study.tell, which also gives a PRUNED trial
+                # its last intermediate value as its value
+                with contextlib.suppress(UpdateFinishedTrialError):
                     with_retries(self.study.tell, self.number, state=TrialState.PRUNED, skip_if_finished=True)
                 return
             case Finished():

@@ -301,6 +301,7 @@ class Worker:
             attempt=attempt,
             last_step=None,
             on_eval=lambda step: self._write_status("training", f"step {step}", step=step, **status),
+            frozen=frozen,
         )
         try:
             if job is None:  # a retry, or a point the sampler chooses now
