@@ -331,3 +331,49 @@ def test_an_unknown_length_runs_the_sweep_first_and_the_rounds_at_its_answer(tmp
     length = length or stored_recommendation(open_storage(sqlite_url(output_dir)), "toy")
     assert payload["delivered_model"]["max_train_steps"] == length  # round 2 at the sweep's answer
     assert payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 150
+
+
+def test_a_search_seed_is_a_fresh_search_beside_the_first_that_the_same_command_continues(
+    tmp_path: Path,
+) -> None:
+    """``--search-seed 7``: round 1 searches other points (search_seed 7's) on the same data
+    split, as the study ``toy-search7`` with phases of its own, so the file's own search can
+    still be run in the same output folder; the same command again continues it."""
+    import optuna
+
+    from tuner.orchestrate import open_storage
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    path = tune_study(tmp_path, top_k=1)
+    output_dir = tmp_path / "runs"
+    args = (
+        "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--search-seed", "7", "--json",
+        "--no-progress", "--workers", "1", "--output-dir", str(output_dir),
+    )  # fmt: skip
+    done = run_tuner(*args)
+    assert done.returncode == 0, done.stderr
+    assert "a fresh search: search_seed 7" in done.stderr and "studied as toy-search7" in done.stderr
+    model = json.loads(done.stdout)["delivered_model"]
+    assert "search_seed=7" in model["reproduce"] and "name=toy-search7" in model["reproduce"]
+    assert Path(model["checkpoint"]).is_relative_to(output_dir / "toy-search7")
+    assert not (output_dir / "toy").exists()  # the file's own search is untouched
+
+    def points(study_path: Path, *overrides: str) -> list[dict[str, Any]]:
+        plan = start_round(load_study(study_path, list(overrides)), "round-1", tmp_path / "plans").plan
+        return [plan.params_for_slot(slot) for slot in range(4)]
+
+    round1 = optuna.load_study(
+        study_name="toy-search7/round-1", storage=open_storage(sqlite_url(output_dir, "toy-search7"))
+    )
+    stored = [t.params for t in sorted(round1.get_trials(), key=lambda t: t.user_attrs["slot"])]
+    assert stored == points(path, "search_seed=7", "name=toy-search7") != points(path)
+
+    again = run_tuner(*args)  # continues: nothing trained again, the same model
+    assert again.returncode == 0, again.stderr
+    assert "toy-search7/round-1: done in an earlier run" in again.stderr
+    assert json.loads(again.stdout)["delivered_model"]["checkpoint"] == model["checkpoint"]
+    first = invoke("tune", str(path), "--budget", "80", "--dry-run", "--output-dir", str(output_dir))
+    assert first.exit_code == 0 and "plan for toy within 80" in first.output
+    refused = invoke("tune", str(path), "--budget", "80", "--search-seed", "-1", "--dry-run")
+    assert single_error(refused) == "--search-seed -1: must be 0 or more"

@@ -105,6 +105,12 @@ def tune(
     max_searches: int = typer.Option(
         2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
     ),
+    search_seed: int | None = typer.Option(
+        None,
+        "--search-seed",
+        metavar="N",
+        help="A fresh search (other points, inits, data order; the same data split), as STUDY-searchN.",
+    ),
     set_: list[str] = set_option(),
     output_dir: Path = output_dir_option(),
     workers: int | None = workers_option(),
@@ -124,6 +130,8 @@ def tune(
     parsed = parse_budget(budget)
     if max_searches < 1:
         raise UsageError(f"--max-searches {max_searches}: at least 1 (round 1 of the study itself)")
+    if search_seed is not None and search_seed < 0:
+        raise UsageError(f"--search-seed {search_seed}: must be 0 or more")
     request = TuneRequest(
         path=path,
         budget=parsed,
@@ -136,8 +144,16 @@ def tune(
         dry_run=dry_run,
         as_json=as_json,
         progress=progress,
+        search_seed=search_seed,
     )
     context = open_context(request)
+    if search_seed is not None:
+        spec = context.home.spec
+        context.say(
+            f"a fresh search: search_seed {search_seed} draws round 1's points and every trial's init "
+            f"and data order; the data split is seed {spec.seed}'s, as in every search of the file; "
+            f"studied as {spec.name}"
+        )
     refuse_no_sweep_without_length(context)
     context.budget_steps = budget_in_steps(context)
     if dry_run:

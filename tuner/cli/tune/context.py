@@ -36,6 +36,7 @@ class TuneRequest:
     dry_run: bool = False
     as_json: bool = False
     progress: bool = True
+    search_seed: int | None = None  # --search-seed: a fresh search, studied under its own name
 
 
 @dataclass

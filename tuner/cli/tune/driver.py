@@ -26,6 +26,9 @@ def open_context(request: TuneRequest) -> TuneContext:
     from tuner.workloads import check_study
 
     loaded = load_study(request.path, request.sets)
+    if request.search_seed is not None:
+        request.sets = fresh_search_sets(request.sets, request.search_seed, loaded.spec.name)
+        loaded = load_study(request.path, request.sets)
     check_study(loaded)
     spec = loaded.spec
     url = request.storage or resolve_storage_url(spec.storage, request.output_dir, spec.name)
@@ -40,6 +43,16 @@ def open_context(request: TuneRequest) -> TuneContext:
         context.state = stored
         context.spent_before = stored.spent_s
     return context
+
+
+def fresh_search_sets(sets: list[str], search_seed: int, name: str) -> list[str]:
+    """``--search-seed N``: the ``--set`` values of a fresh search of the study named ``name``:
+    ``search_seed`` N (round 1's points, every trial's init and data order; the data split stays
+    ``seed``'s) under the name ``NAME-searchN``, so that it has phases of its own beside the
+    study's first search in the same output folder, and the same command continues it."""
+    if any(item.partition("=")[0].strip() == "search_seed" for item in sets):
+        raise UsageError(f"--search-seed {search_seed} and --set search_seed=...: give one of them")
+    return [*sets, f"search_seed={search_seed}", f"name={name}-search{search_seed}"]
 
 
 class TimeSpent(Exception):
