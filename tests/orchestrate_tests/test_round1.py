@@ -267,3 +267,29 @@ def test_tpe_trials_and_their_reproduce_command_give_the_same_run(tmp_path: Path
         f"best         val/error_rate = {best.value:.6g} at step {best.user_attrs['best_step']}"
         in again.stdout
     )
+
+
+def test_a_tpe_trial_after_a_failed_one_is_sampled_from_the_study_as_it_is_now(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """The sampler reads the study through Optuna's per-thread cache of its trials, which ``ask``
+    and ``tell`` empty. A trial that crashed is failed without ``tell``, so the next trial's TPE
+    sampling used to read the list cached while the crashed one was sampled (without the trial
+    being sampled now) and crashed too, with a ``KeyError``: every trial after a failure."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    study = toy_study(
+        tmp_path,
+        round1={"trials": 3, "sampler": "tpe", "max_retries": 0, "max_failed": 2},  # the next is sampled
+        options={"fail": "crash_once", "marker_dir": str(markers)},
+    )
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert len(failed) == 1 and "crashes once" in failed[0].user_attrs["error"], [
+        (t.number, t.state.name, t.user_attrs.get("error")) for t in trials
+    ]
+    assert sorted(t.user_attrs["slot"] for t in trials if t.state.name == "COMPLETE") == [1, 2]

@@ -1,7 +1,7 @@
 """The few things tuner needs from Optuna that its public API does not offer, in one place:
-three private calls (below), reading a whole study fast from Optuna's tables, the gRPC proxy's
-server object (``grpc_proxy_server``), and, for tests only, skewing the clock Optuna stamps trials
-with (at the end).
+a few private calls (each below says why), reading a whole study fast from Optuna's tables, the
+gRPC proxy's server object (``grpc_proxy_server``), and, for tests only, skewing the clock Optuna
+stamps trials with (at the end).
 
 Everything else goes through public API: ``RDBStorage`` methods (``create_new_trial``,
 ``set_trial_state_values``, which also finishes a trial with its value: ``record.Recorder``,
@@ -44,10 +44,17 @@ def trial_for_sampling(study: Any, trial_id_: int) -> Any:
     """An ``optuna.trial.Trial`` for a trial we created ourselves, so the sampler can suggest.
 
     ``Trial(study, trial_id)`` is how ``Study.ask`` builds one; ``ask`` itself cannot be used:
-    it would create (or pop a WAITING) trial outside the phase lock.
+    it would create (or pop a WAITING) trial outside the phase lock. Private, as in ``ask``: the
+    study's per-thread cache of all trials (``_thread_local.cached_all_trials``, which samplers
+    read through ``Study._get_trials(use_cache=True)``) is emptied first, "sync storage once
+    every trial". Otherwise a sampler that reads the study (TPE) would see the list cached while
+    the worker's previous trial was sampled, without the trial it is sampling now: a
+    ``KeyError``. ``tell`` empties it too, but a trial finished without ``tell`` (a failure, a
+    result written in one call: ``record.Recorder``) does not.
     """
     import optuna
 
+    study._thread_local.cached_all_trials = None
     return optuna.trial.Trial(study, trial_id_)
 
 
