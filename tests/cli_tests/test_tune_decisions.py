@@ -36,6 +36,9 @@ def test_each_switch_changes_only_its_own_step_of_the_plan(tmp_path: Path) -> No
     whole = {"toy/round-1": (28, 280), "toy/round-2": (3, 120)}
     assert _plan(tmp_path / "searches", "--max-searches", "1") == whole
     assert _plan(tmp_path / "apply", "--no-apply-suggestions") == whole
+    assert _plan(tmp_path / "neither", "--no-apply-ranges", "--no-apply-length") == whole
+    # one kind of suggestion still may be applied: the reserve for a next search is kept
+    assert _plan(tmp_path / "length", "--no-apply-length") == _plan(tmp_path / "default")
 
 
 def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tmp_path: Path) -> None:
@@ -114,6 +117,56 @@ def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_le
     again = run_tuner(*tune_args(built, 520, "--no-apply-suggestions"))  # said once: a re-run reads it back
     assert again.returncode == 0, again.stderr
     assert [d["kind"] for d in json.loads(again.stdout)["decisions"]].count("sweep_best_before_fit") == 1
+
+
+def test_each_suggestion_is_held_back_only_by_the_switch_of_its_kind() -> None:
+    from tuner.playbook.tune_plan import Switches
+
+    lr, drop = ("search_space", "optimizer.lr", "high"), ("search_space", "workload.act", "choices")
+    length, every = ("training", "max_train_steps"), ("training", "eval_every")
+    steps = ("rounds", "round1", "steps")
+    assert [Switches().applies(p) for p in (lr, drop, length, every, steps)] == [None] * 5
+    ranges_off = Switches(apply_ranges=False)
+    assert [ranges_off.applies(p) for p in (lr, drop, length)] == ["--no-apply-ranges"] * 2 + [None]
+    length_off = Switches(apply_length=False)
+    assert [length_off.applies(p) for p in (lr, length, every, steps)] == [None] + ["--no-apply-length"] * 3
+    assert {Switches(apply_suggestions=False).applies(p) for p in (lr, length)} == {"--no-apply-suggestions"}
+    assert Switches(apply_ranges=False).may_apply and Switches(apply_length=False).may_apply
+    assert not Switches(apply_ranges=False, apply_length=False).may_apply
+
+
+def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_length(
+    tmp_path: Path,
+) -> None:
+    """Round 1 (built: 8 trials of 100 steps, best steps all at 10, the best values at the top of
+    the LR range) suggests both a longer LR range and a shorter length; ``--no-apply-length``
+    applies the range alone: the next study keeps max_train_steps 200 and round 1's 100 steps,
+    and the log says what was not applied and why."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+
+    built = study(tmp_path, round1={"steps": 100, "trials": 8}, round2={"top_k": 1}, max_train_steps=200)
+    phase = built.start("round-1")
+    for slot in range(8):  # better and better towards the top of the range: lr 1.0 is its edge
+        lr = 0.01 * 100 ** (slot / 7)
+        add_trial(phase, slot, 0.40 - 0.04 * slot, {"optimizer.lr": lr}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 8, 800, done=True, steps_per_trial=100)
+    done = tune_after(built, first, 2400, "--no-apply-length")
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
+    assert "search_space.optimizer.lr.high 1.0 ->" in applied["text"]
+    also = "it also suggests training.max_train_steps 200 -> 40; rounds.round1.steps 100 -> 20: "
+    assert applied["text"].endswith(also + "not applied (--no-apply-length)")  # said, not applied
+    held = applied["numbers"]["not_applied"]
+    assert {"key": "training.max_train_steps", "why": "--no-apply-length"} in held
+    following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
+    assert following["search_space"]["optimizer.lr"]["high"] > 1.0
+    assert following["training"]["max_train_steps"] == 200 and following["rounds"]["round1"]["steps"] == 100
+    run_dir = Path(payload["delivered_model"]["checkpoint"]).parents[1]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["step"] == 200  # round 2 trained the file's length
+    assert payload["plan"]["steps_ran"] <= 2400
 
 
 def _round1_done(tmp_path: Path, budget: str, spent_s: float, **options: Any) -> Any:

@@ -99,6 +99,12 @@ def tune(
     no_apply: bool = typer.Option(
         False, "--no-apply-suggestions", help="Report round 1's suggestions, but search no next study."
     ),
+    no_apply_ranges: bool = typer.Option(
+        False, "--no-apply-ranges", help="Apply no change to the search space (ranges, categorical values)."
+    ),
+    no_apply_length: bool = typer.Option(
+        False, "--no-apply-length", help="Apply no change to max_train_steps, eval_every or rounds' steps."
+    ),
     no_extra_seeds: bool = typer.Option(
         False, "--no-extra-seeds", help="Round 2 keeps the file's seeds (the rest of the budget unspent)."
     ),
@@ -140,7 +146,14 @@ def tune(
         storage=storage,
         workers=workers,
         devices=devices,
-        switches=Switches(not no_sweep, not no_apply, not no_extra_seeds, max_searches),
+        switches=Switches(
+            sweep=not no_sweep,
+            apply_suggestions=not no_apply,
+            extra_seeds=not no_extra_seeds,
+            max_searches=max_searches,
+            apply_ranges=not no_apply_ranges,
+            apply_length=not no_apply_length,
+        ),
         dry_run=dry_run,
         as_json=as_json,
         progress=progress,

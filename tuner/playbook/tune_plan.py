@@ -28,9 +28,25 @@ class Switches:
     """What the user turned off (``tune``'s flags): each automatic step can be."""
 
     sweep: bool = True  # --no-sweep
-    apply_suggestions: bool = True  # --no-apply-suggestions
+    apply_suggestions: bool = True  # --no-apply-suggestions: neither kind below
     extra_seeds: bool = True  # --no-extra-seeds
     max_searches: int = 2  # --max-searches: round 1 of the study, then of each next study
+    apply_ranges: bool = True  # --no-apply-ranges: the search space's (ranges, categorical values)
+    apply_length: bool = True  # --no-apply-length: max_train_steps, eval_every, rounds' steps
+
+    @property
+    def may_apply(self) -> bool:
+        """Whether any of the report's suggestions may be applied (a next search planned for)."""
+        return self.apply_suggestions and (self.apply_ranges or self.apply_length)
+
+    def applies(self, path: tuple[str | int, ...]) -> str | None:
+        """None if a suggestion at ``path`` (``Suggestion.path``) may be applied, else the flag
+        that keeps it from being: the search space's, or the length's (everything else)."""
+        if not self.apply_suggestions:
+            return "--no-apply-suggestions"
+        if path[:1] == ("search_space",):
+            return None if self.apply_ranges else "--no-apply-ranges"
+        return None if self.apply_length else "--no-apply-length"
 
 
 def sweep_decision(loaded: LoadedStudy, budget_steps: int, sets: list[str]) -> tuple[Stage, Decision]:

@@ -21,7 +21,7 @@ import shlex
 import stat
 import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,8 +70,15 @@ class NextStudy:
         return lines
 
 
-def write_next_study(study_file: Path, report: StudyReport, destination: Path) -> NextStudy:
-    """Write ``destination``: ``study_file`` with ``report``'s suggestions applied (see module doc).
+def write_next_study(
+    study_file: Path,
+    report: StudyReport,
+    destination: Path,
+    *,
+    suggestions: Sequence[Suggestion] | None = None,
+) -> NextStudy:
+    """Write ``destination``: ``study_file`` with ``report``'s suggestions applied (see module
+    doc), or only ``suggestions`` of them (``tuner tune``'s ``--no-apply-ranges/length``).
 
     Raises ``UsageError`` when ``destination`` is the study file or a file this command did not
     write; writes nothing when the report suggests nothing.
@@ -81,7 +88,7 @@ def write_next_study(study_file: Path, report: StudyReport, destination: Path) -
 
     check_destination(study_file, destination)
     result = NextStudy(study_file, destination)
-    suggestions = report.suggestions
+    suggestions = report.suggestions if suggestions is None else suggestions
     if not suggestions:
         result.nothing = (
             f"the report suggests no change to {study_file} (no range at an edge to move, no "

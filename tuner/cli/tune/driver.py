@@ -201,7 +201,7 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
     if stage is None:
         switches = context.request.switches
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
-        keep = switches.apply_suggestions and searches < switches.max_searches
+        keep = switches.may_apply and searches < switches.max_searches
         sets = base_sets(context)  # a next study carries its changes in its own file
         stage, decision = round1_decision(
             loaded,

@@ -63,7 +63,7 @@ def project(context: TuneContext) -> TunePlan:
     round1_trials = None
     if context.state.stage(name, round_phase(1)) is None:
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
-        keep = switches.apply_suggestions and searches < switches.max_searches
+        keep = switches.may_apply and searches < switches.max_searches
         stage, decision = round1_decision(
             loaded, length, left, sets, keep_reserve=keep, search=searches, budget=context.budget_steps
         )

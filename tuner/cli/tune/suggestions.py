@@ -42,9 +42,9 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     suggestions, report = _suggestions(context, loaded)
     switches = context.request.switches
     searches = sum(1 for s in context.state.stages if s.phase == round_phase(1))
-    listed = "; ".join(
-        f"{s.key} {s.old} -> {s.new}" if s.drop is None else f"{s.key} drop {s.drop}" for s in suggestions
-    )
+    listed = _listed(suggestions)
+    held = [(s, why) for s in suggestions if (why := switches.applies(s.path)) is not None]
+    kept = [s for s in suggestions if all(s is not other for other, _ in held)]
     if not suggestions:
         context.decide(
             Decision(
@@ -55,8 +55,8 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
         )
         return None
     why_not = ""
-    if not switches.apply_suggestions:
-        why_not = "--no-apply-suggestions"
+    if not kept:
+        why_not = ", ".join(dict.fromkeys(why for _, why in held))
     elif searches >= switches.max_searches:
         why_not = f"--max-searches {switches.max_searches} reached"
     if why_not:
@@ -64,7 +64,7 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     destination = _destination(context, loaded)
     from tuner.report.next_study import write_next_study
 
-    written = write_next_study(loaded.path, report, destination)
+    written = write_next_study(loaded.path, report, destination, suggestions=kept)
     if not written.written:
         return _not_applied(context, stage_key, listed, written.nothing)
     following = load_study(destination, base_sets(context))
@@ -73,16 +73,24 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     except UsageError as error:
         destination.unlink(missing_ok=True)
         return _not_applied(context, stage_key, listed, f"no room for another search: {error}")
-    context.decide(
-        Decision(
-            "suggestions_applied",
-            stage_key,
-            f"round 1's report suggests {listed}: applied in {destination} "
-            f"({written.old_name} -> {written.name}), which round 1 searches next",
-            {"file": str(destination), "study": written.name, "changes": written.changes},
-        )
+    text = (
+        f"round 1's report suggests {_listed(kept)}: applied in {destination} "
+        f"({written.old_name} -> {written.name}), which round 1 searches next"
     )
+    if held:
+        left_out = ", ".join(dict.fromkeys(why for _, why in held))
+        text += f"; it also suggests {_listed([s for s, _ in held])}: not applied ({left_out})"
+    numbers = {"file": str(destination), "study": written.name, "changes": written.changes}
+    if held:
+        numbers["not_applied"] = [{"key": s.key, "why": why} for s, why in held]
+    context.decide(Decision("suggestions_applied", stage_key, text, numbers))
     return following
+
+
+def _listed(suggestions: list[Suggestion]) -> str:
+    return "; ".join(
+        f"{s.key} {s.old} -> {s.new}" if s.drop is None else f"{s.key} drop {s.drop}" for s in suggestions
+    )
 
 
 def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) -> None:
