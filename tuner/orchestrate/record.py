@@ -117,9 +117,12 @@ class Recorder:
 
         if math.isnan(value):
             raise ValueError(f"The value {value} is not acceptable")
-        if self.frozen is not None:
-            self.study.sampler.after_trial(self.study, self.frozen, TrialState.COMPLETE, [float(value)])
-        with_retries(self.storage.set_trial_state_values, self.trial_id, TrialState.COMPLETE, [float(value)])
+        values = [float(value)]
+        try:  # as tell: the result is written even if the hook raises
+            if self.frozen is not None:
+                self.study.sampler.after_trial(self.study, self.frozen, TrialState.COMPLETE, values)
+        finally:
+            with_retries(self.storage.set_trial_state_values, self.trial_id, TrialState.COMPLETE, values)
 
     def record(self, outcome: Outcome, run_dir: Path, settings: PhaseSettings) -> None:
         """The trial's end: its value (COMPLETE), a clean stop (PRUNED), or a failure."""
