@@ -159,6 +159,27 @@ def test_run_round_workers_and_report_through_the_proxy(
     assert f"storage      {proxy_url}" in report.stdout and "round-1" in report.stdout, report.stdout
 
 
+def test_eight_tuner_workers_run_200_trials_through_the_proxy_each_slot_counted_once(
+    tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str
+) -> None:
+    """Issue 20's fleet test with the real thing: ``run-round --workers 8`` (8 ``tuner worker``
+    processes, each trial in a process of its own) through the proxy, 200 trials of 2 steps.
+    Every slot is done and counted once; the duplicates that lost a race for a slot are left out
+    by the one rule; every worker took part."""
+    study = toy_study(
+        tmp_path, name=unique_name, round1={"trials": TRIALS, "steps": 2}, max_train_steps=4, eval_every=2
+    )
+    args = ("--storage", proxy_url, "--output-dir", str(output_dir), "--no-progress")
+    done = run_tuner("run-round", str(study), "--round", "1", "--workers", str(PROCESSES), *args)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    trials = load_phase(postgres_url, unique_name).trials  # what the database behind it holds
+    _assert_each_slot_done_once(trials, TRIALS)
+    for trial in (t for t in trials if t not in counted(trials)):
+        assert DUPLICATE_ATTR in trial.user_attrs or trial.state.name == "COMPLETE", trial
+    workers = {t.user_attrs["worker"].split("@")[0] for t in counted(trials)}
+    assert workers == {f"cpu{i}" for i in range(PROCESSES)}, workers
+
+
 def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_is_lost(
     proxy_url: str, postgres_url: str, unique_name: str
 ) -> None:
