@@ -128,6 +128,8 @@ def open_storage(
         # no lock and no heartbeat table passes the proxy: claims reconcile (``duplicates.py``)
         # and trials beat through an attribute (``heartbeat.record_beat``)
         return open_grpc_proxy(*parsed.grpc_address, wait_out_outage=wait_out_outage)
+    if parsed.journal_file is not None:  # the same: no lock, no heartbeat table
+        return open_journal(parsed.journal_file)
     if parsed.in_memory:
         raise UsageError(
             f"storage {redact_url(url)} is an in-memory SQLite database, which every process would "
@@ -176,6 +178,24 @@ def open_storage(
             raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first_line, url)}") from None
 
 
+def open_journal(path: Path) -> Any:
+    """Optuna's ``JournalStorage`` on the file ``path`` (created with its folder), with Optuna's
+    default file lock (a symlink, which works on NFS): every process that appends to it, on any
+    machine that mounts it, takes the lock for the append."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    _storage_folder(path)
+    with _environment_errors(path):
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except (ValueError, KeyError, TypeError) as error:  # its replay met a line it cannot read
+            raise UsageError(
+                f"storage journal:///{path}: {path} is not an Optuna journal, or is damaged "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+            ) from None
+
+
 def _commit_without_fsync(engine: Any) -> None:
     """``synchronous=NORMAL``: the standard setting with WAL. A commit no longer waits for an
     fsync (a trial makes a dozen), the file can never be corrupted, and nothing committed is lost
@@ -190,7 +210,7 @@ def _commit_without_fsync(engine: Any) -> None:
     engine.dispose()  # connections opened while creating the storage reconnect with the pragma
 
 
-def _sqlite_folder(path: Path) -> Path:
+def _storage_folder(path: Path) -> Path:
     """The database's folder, created if missing; a path the machine cannot hold is one line."""
     with _environment_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +236,7 @@ def _creation_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    folder = _sqlite_folder(path)
+    folder = _storage_folder(path)
     with _environment_errors(path):
         handle = (folder / f".{path.name}.init.lock").open("a+")
     with handle:

@@ -59,6 +59,11 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
     parsed = parse_storage_url(url)
     if parsed.backend is Backend.GRPC:
         raise UsageError(f"--storage {url} is itself a proxy: give the database (postgresql://...)")
+    if parsed.backend is Backend.JOURNAL:
+        raise UsageError(
+            f"--storage {url}: the proxy serves a database (postgresql://...); workers share a "
+            "journal file through the file system itself (give them journal:///PATH)"
+        )
     if parsed.in_memory:
         raise UsageError(f"--storage {redact_url(url)} is an in-memory database: give postgresql://...")
     try:

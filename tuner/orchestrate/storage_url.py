@@ -15,7 +15,11 @@ from pathlib import Path
 
 from tuner.errors import UsageError
 
-SUPPORTED = "sqlite:///PATH or postgresql://USER@HOST/DB (or grpc://HOST:PORT, a tuner storage-proxy)"
+SUPPORTED = (
+    "sqlite:///PATH or postgresql://USER@HOST/DB (or grpc://HOST:PORT, a tuner storage-proxy; "
+    "or journal:///PATH, an Optuna journal file)"
+)
+JOURNAL_PREFIX = "journal:///"
 GRPC_DEFAULT_PORT = 13000  # Optuna's run_grpc_proxy_server default
 
 
@@ -23,18 +27,23 @@ class Backend(enum.Enum):
     SQLITE = "sqlite"
     POSTGRESQL = "postgresql"
     GRPC = "grpc"  # Optuna's gRPC storage proxy (``tuner storage-proxy``) in front of one of the two
+    # Optuna's JournalStorage on a file (``journal:///PATH``, the path as in ``sqlite:///PATH``):
+    # no SQL, no lock, no heartbeat table, like the proxy; a shared file system, no server
+    JOURNAL = "journal"
 
 
 @dataclass(frozen=True)
 class StorageUrl:
     """``url`` is what the engine is given (``postgresql://`` spelled with the psycopg 3 driver);
     ``sqlite_file`` the database file (None for PostgreSQL or an in-memory SQLite database);
-    ``grpc_address`` the proxy's host and port (``grpc://``)."""
+    ``grpc_address`` the proxy's host and port (``grpc://``); ``journal_file`` the journal's
+    file (``journal:///``)."""
 
     url: str
     backend: Backend
     sqlite_file: Path | None = None
     grpc_address: tuple[str, int] | None = None
+    journal_file: Path | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -46,10 +55,12 @@ def _scheme(url: str) -> str:
 
 
 def parse_storage_url(url: str) -> StorageUrl:
-    """The parsed ``url``; anything but SQLite or PostgreSQL is refused (exit 2).
+    """The parsed ``url``: SQLite, PostgreSQL, Optuna's gRPC proxy or a journal file; anything
+    else (MySQL/MariaDB) is refused (exit 2).
 
-    Only SQLite and PostgreSQL are accepted: the phase lock (``locks.py``) exists for those two,
-    and a storage without it would let workers overshoot budgets and claim a slot twice.
+    The proxy and the journal pass no lock: claims there reconcile the duplicates they make
+    (``claim.py``, ``duplicates.py``), budgets may be overshot by W - 1. On the two databases the
+    phase lock (``locks.py``) keeps duplicates from being made at all.
     """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -59,6 +70,8 @@ def parse_storage_url(url: str) -> StorageUrl:
     scheme = _scheme(url)
     if scheme == "grpc":
         return StorageUrl(url, Backend.GRPC, grpc_address=_grpc_address(url))
+    if scheme == "journal":
+        return StorageUrl(url, Backend.JOURNAL, journal_file=_journal_file(url))
     if scheme in ("postgresql", "postgres"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     elif scheme != "sqlite" and not scheme.startswith("postgresql+"):  # the lock works with any driver
@@ -93,6 +106,20 @@ def _grpc_address(url: str) -> tuple[str, int]:
             f"storage {redact_storage_url(url)} is not a gRPC proxy address: give grpc://HOST:PORT"
         )
     return parts.hostname, port
+
+
+def _journal_file(url: str) -> Path:
+    """``journal:///PATH`` -> PATH (relative, or absolute as ``journal:////abs/file.log``, the
+    way ``sqlite:///`` spells paths); nothing else (a host, a query) means anything."""
+    path = url[len(JOURNAL_PREFIX) :] if url.lower().startswith(JOURNAL_PREFIX) else ""
+    if not path or "?" in path or path.endswith("/"):
+        from tuner.spec import redact_storage_url
+
+        raise UsageError(
+            f"storage {redact_storage_url(url)} is not a journal file: give journal:///PATH "
+            "(journal:////abs/path/study.log for an absolute path)"
+        )
+    return Path(path)
 
 
 def sqlite_file(url: str) -> Path | None:

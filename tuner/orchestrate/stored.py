@@ -20,7 +20,7 @@ from typing import Any
 
 from tuner.errors import UsageError
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
-from tuner.orchestrate.storage import _scrub, open_grpc_proxy, redact_url
+from tuner.orchestrate.storage import _scrub, open_grpc_proxy, open_journal, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
 
 PHASE_SEPARATOR = "/"
@@ -83,8 +83,8 @@ class StorageReader:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.dispose()
-        elif self._optuna_storage is not None:  # a gRPC proxy's channel
-            self._optuna_storage.close()
+        elif self._optuna_storage is not None and hasattr(self._optuna_storage, "close"):
+            self._optuna_storage.close()  # a gRPC proxy's channel (a journal file has none)
 
     def __enter__(self) -> StorageReader:
         return self
@@ -232,6 +232,14 @@ def open_reader(url: str) -> StorageReader:
     if parsed.grpc_address is not None:
         reader = StorageReader(url, None, fast=False)  # the proxy serves Optuna's API, not SQL
         reader._optuna_storage = open_grpc_proxy(*parsed.grpc_address)
+        return reader
+    if parsed.journal_file is not None:  # a journal is read through Optuna's API too
+        if not parsed.journal_file.is_file():
+            raise UsageError(
+                f"no study storage at {parsed.journal_file}: nothing has run there (check --storage)"
+            )
+        reader = StorageReader(url, None, fast=False)
+        reader._optuna_storage = open_journal(parsed.journal_file)
         return reader
     normalised = parsed.url
     if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.is_file()):

@@ -43,4 +43,6 @@ def open_existing_storage(url: str) -> Any:
     parsed = parse_storage_url(url)
     if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.exists()):
         return None
+    if parsed.journal_file is not None and not parsed.journal_file.exists():
+        return None
     return open_storage(url)
