@@ -6,9 +6,9 @@ as it does elsewhere: every slot claimed, run and counted exactly once.
 Optuna's journal pops a WAITING trial by replay: the first RUNNING record wins
 (``storages/journal/_storage.py``, ``set_trial_state_values`` returns whether this worker owns
 the trial), and a finished trial refuses writes, as on RDB. 8 processes x 200 trials here take
-about 3 s (220-240 trials created: the rest lost a race for their slot and were yielded).
-tuner's commands do not take a journal as ``storage`` yet: this proves the protocol, at the
-level of ``Claimer``, as ``test_grpc_claims.py`` does for the proxy.
+about 3 s (220-240 trials created: the rest lost a race for their slot and were yielded), at
+the level of ``Claimer``, as ``test_grpc_claims.py`` does for the proxy; then the commands on a
+journal (``storage: journal:///PATH``).
 """
 
 from __future__ import annotations
