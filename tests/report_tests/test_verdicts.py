@@ -258,6 +258,21 @@ def test_retries_are_one_learning_curve_not_separate_trials(tmp_path: Path) -> N
     assert curves[1] == {10: 0.5, 20: 0.4, 30: 0.25, 40: 0.3}
 
 
+def test_a_slot_claimed_twice_at_once_is_a_duplicate_left_out_not_a_retry(tmp_path: Path) -> None:
+    """Through the gRPC proxy or on a journal two workers may create one slot at once, and the
+    higher-numbered trial yields (``budget.counted``). The report said "1 retries merged into
+    their trials" for it; it is not a retry, and it is not counted."""
+    built = study(tmp_path)
+    phase = built.start("round-1")
+    add_trial(phase, 0, 0.3, {LR: 0.1}, best_step=20)
+    add_trial(phase, 0, None, {LR: 0.1}, state="FAIL", duplicate_of=0)
+    add_trial(phase, 1, 0.25, {LR: 0.2}, best_step=20)
+    report = report_of(built).phases[0]
+    assert (report.data.attempts, report.data.duplicates) == (2, 1)
+    assert report.tally == "2 complete (1 duplicate of a slot claimed twice at once, left out)"
+    assert report.health.counts["failed"] == 0
+
+
 def test_improvement_is_judged_on_trials_in_the_order_they_finished(tmp_path: Path) -> None:
     built = study(tmp_path, round1={"trials": 12})
     phase = built.start("round-1")

@@ -22,7 +22,7 @@ from tuner.report.health import HealthResult, diagnose_health
 from tuner.report.imbalance import ImbalanceResult, diagnose_imbalance
 from tuner.report.learning import LearningResult, diagnose_learning
 from tuner.report.run_folders import Unreadable
-from tuner.report.study_data import PhaseData, StudyData
+from tuner.report.study_data import PhaseData, SlotState, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
 
 MAX_TRAIN_STEPS = ("training", "max_train_steps")
@@ -46,6 +46,22 @@ class PhaseReport:
     @property
     def phase(self) -> str:
         return self.data.phase
+
+    @property
+    def tally(self) -> str:
+        """The phase's trials by state, with the retries merged into them and the duplicates a
+        lock-free claim yielded (the terminal's and the HTML page's "trials" line)."""
+        data, counts = self.data, self.health.counts
+        tally = " · ".join(f"{counts[s]} {s}" for s in SlotState if counts.get(s)) or "none started"
+        retries = data.attempts - len(data.slots)
+        if retries:
+            tally += f" ({retries} retries merged into their trials)"
+        if data.duplicates:
+            noun = "duplicate" if data.duplicates == 1 else "duplicates"
+            tally += f" ({data.duplicates} {noun} of a slot claimed twice at once, left out)"
+        if self.health.reasons:
+            tally += "; failed: " + ", ".join(f"{n} {r}" for r, n in self.health.reasons.items())
+        return tally
 
     @property
     def findings(self) -> list[Finding]:

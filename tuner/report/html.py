@@ -22,7 +22,7 @@ from tuner.errors import UsageError
 from tuner.report.best_trial import BestTrial
 from tuner.report.build import PhaseReport, StudyReport
 from tuner.report.findings import Finding, Level, fmt
-from tuner.report.study_data import SlotState, StudyData
+from tuner.report.study_data import StudyData
 
 INSTALL_HINT = "--html needs plotly: pip install 'tuner[html]' (make install installs it)"
 # typesetMath off: plotly.js would look for MathJax; no logo link
@@ -220,18 +220,6 @@ def _finding(area: str, finding: Finding) -> str:
     return out + "</li>"
 
 
-def _tally(report: PhaseReport) -> str:
-    data = report.data
-    counts = report.health.counts
-    tally = " · ".join(f"{counts[s]} {s}" for s in SlotState if counts.get(s)) or "none started"
-    retries = data.attempts - len(data.slots)
-    if retries:
-        tally += f" ({retries} retries merged into their trials)"
-    if report.health.reasons:
-        tally += "; failed: " + ", ".join(f"{n} {r}" for r, n in report.health.reasons.items())
-    return tally
-
-
 def _best(report: PhaseReport) -> str:
     if report.best is None:
         return "<h3>best trial</h3><p class='note'>no completed trial yet: nothing to judge</p>"
@@ -311,7 +299,7 @@ def _phase(report: PhaseReport, figures: list[str]) -> str:
     parts = [
         f"<section class='phase' id='{_anchor(data.phase)}'>",
         f"<h2>{_e(data.phase)}<span class='sub'>{_e(sub)}</span></h2>",
-        f"<table class='kv'><tr><th>trials</th><td>{_e(_tally(report))}</td></tr></table>",
+        f"<table class='kv'><tr><th>trials</th><td>{_e(report.tally)}</td></tr></table>",
         _best(report),
         _sweep(report),
     ]

@@ -20,6 +20,7 @@ NaN or infinite become ``null``. Schema::
           "trial_steps": int|null, "max_train_steps": int|null, "searched": bool,
           "counts": {"complete", "stopped", "diverged", "failed", "running", "waiting": int},
           "attempts": int,                   # Optuna trials, retries included
+          "duplicates": int,                 # trials a lock-free claim made twice, yielded: not counted
           "learning": null | {"rule", "learned": bool, "verdicts": [...]},   # null: chance unknown
           "best_step": null | {"rule", "positions": [{"trial", "position"}], "median",
                                "histogram": [10 ints over 0..1], "verdicts": [...]},
@@ -99,6 +100,7 @@ def _phase(report: PhaseReport) -> dict[str, Any]:
             "searched": data.searched,
             "counts": report.health.counts,
             "attempts": data.attempts,
+            "duplicates": data.duplicates,
             "learning": report.learning,
             "best_step": report.best_step,
             "boundaries": report.boundaries,

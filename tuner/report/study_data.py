@@ -187,9 +187,12 @@ class PhaseData:
     plan: StoredPlan | None
     settings: PhaseSettings | None
     slots: list[TrialSlot]
-    attempts: int  # Optuna trials, retries included
+    attempts: int  # Optuna trials that count: each slot's trial and its retries
     study_file: str | None = None
     recommended_max_train_steps: int | None = None
+    # trials a slot got twice where nothing serialised the claims (the gRPC proxy, a journal),
+    # yielded by the rule every reader applies (``budget.counted``): not retries, and not counted
+    duplicates: int = 0
 
     @property
     def kind(self) -> str:
@@ -268,7 +271,8 @@ def phase_data(stored: StoredPhase) -> PhaseData:
         plan=plan,
         settings=settings,
         slots=group_slots(stored.phase, stored.trials),
-        attempts=len(stored.trials),
+        attempts=len(counted(stored.trials)),
+        duplicates=len(stored.trials) - len(counted(stored.trials)),
         study_file=attrs.get(STUDY_FILE_ATTR),
         recommended_max_train_steps=int(recommended) if isinstance(recommended, int) else None,
     )

@@ -16,7 +16,6 @@ from tuner.output import shown_path
 from tuner.report.build import PhaseReport, StudyReport
 from tuner.report.delivered import DeliveredModel
 from tuner.report.findings import Finding, Level, fmt
-from tuner.report.study_data import SlotState
 
 WIDTH = 100
 LABEL = 13  # the label column: "best step", "search space"...
@@ -91,15 +90,7 @@ def _phase(report: PhaseReport, width: int) -> list[Text]:
     steps = f" of {data.trial_steps} steps" if data.trial_steps else ""
     title = f"━━ {data.phase} · {len(data.slots)} trials{steps} · {data.direction} {data.metric} "
     lines = [Text(title + "━" * max(3, width - len(title)), style="bold")]
-    counts = report.health.counts
-    shown = [f"{counts[s]} {s}" for s in SlotState if counts.get(s)]
-    retries = data.attempts - len(data.slots)
-    tally = " · ".join(shown) or "none started"
-    if retries:
-        tally += f" ({retries} retries merged into their trials)"
-    if report.health.reasons:
-        tally += "; failed: " + ", ".join(f"{n} {r}" for r, n in report.health.reasons.items())
-    lines += labelled("trials", tally, width)
+    lines += labelled("trials", report.tally, width)
     if report.best is not None:
         lines += _best(report, width)
     elif not data.completed:

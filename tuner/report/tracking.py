@@ -27,7 +27,7 @@ JSON (``tuner list --json``): a list, one object per study; keys are only ever a
         "phases": [                            # in the order they were created
           {"phase": str, "kind": "sweep-lr" | "round" | "other", "study_file": str | null,
            "proxy_fraction": float,            # > 0: validates on that share of the training split
-           "trials": int, "attempts": int,     # slots; Optuna trials (retries included)
+           "trials": int, "attempts": int,     # slots; Optuna trials (retries included, not duplicates)
            "counts": {"complete", "stopped", "diverged", "failed", "running", "waiting": int},
            "best_value": float | null, "train_s": float}
         ],
