@@ -4,8 +4,9 @@ W = 1, 2, 4, 8, 16, 32 ``tuner worker`` processes (``tuner run-round --workers W
 round-1 phase of trivial trials: ``busy_workload.py``, 10 steps spinning ``BUSY_S`` in all, one
 eval, one checkpoint (the training engine runs, no real training). Against PostgreSQL
 (``TUNER_TEST_POSTGRES_URL``, else the local server) and against SQLite (W <= 8: one file, one
-lock), and through Optuna's gRPC storage proxy (``tuner storage-proxy``) in front of the same
-PostgreSQL: there no lock passes, two workers may create one slot, and the one that lost yields
+lock), through Optuna's gRPC storage proxy (``tuner storage-proxy``) in front of the same
+PostgreSQL, and on an Optuna journal file (``journal:///``, W <= 8): through the proxy and on the
+journal no lock passes, two workers may create one slot, and the one that lost yields
 (``duplicates``: how many trials were created and failed so).
 
 For each W:
@@ -33,7 +34,7 @@ Trials per W: ``max(MIN_TRIALS, TRIALS_PER_WORKER x W)``, so each worker runs se
 On a 2-core machine W >= 4 measures contention more than scale: the figures say what one host's
 storage round trips and locks cost; ``docs/scale.md`` extrapolates from them.
 
-Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,grpc,sqlite]``.
+Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,grpc,sqlite,journal]``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ from benchmarks._common import REPO_ROOT, Result, busy_study, load, report, stop
 
 NAME = "fleet"
 WORKER_COUNTS = (1, 2, 4, 8, 16, 32)
-SQLITE_MAX_WORKERS = 8
+SQLITE_MAX_WORKERS = 8  # and a journal's: one file, one lock
+FILE_STORAGES = ("sqlite", "journal")  # no server: no connections or transactions to count
+LOCK_FREE = ("grpc", "journal")  # claims make duplicates and yield them
 BUSY_S = 0.01  # a trial's objective: ~10 ms of spinning
 STEPS = 10
 MIN_TRIALS = 40
@@ -175,7 +178,10 @@ def measure(storage_kind: str, workers: int, root: Path, postgres_url: str) -> F
     name = f"bench-fleet-{storage_kind}-w{workers}-{uuid.uuid4().hex[:8]}"
     study = busy_study(folder, name, BUSY_S, STEPS, trials)
     output = folder / "runs"
-    url = postgres_url if storage_kind != "sqlite" else f"sqlite:///{output / name / 'study.db'}"
+    url = {
+        "sqlite": f"sqlite:///{output / name / 'study.db'}",
+        "journal": f"journal:///{output / name / 'study.log'}",
+    }.get(storage_kind, postgres_url)
     with contextlib.ExitStack() as stack:
         if storage_kind == "grpc":
             url = stack.enter_context(_storage_proxy(postgres_url, workers))
@@ -219,9 +225,10 @@ def _measure(
 ) -> FleetRun:
     import optuna
 
+    from tuner.orchestrate import open_storage  # a journal:/// URL is tuner's, not Optuna's
     from tuner.orchestrate.budget import DUPLICATE_ATTR, counted
 
-    watch = _PostgresWatch(postgres_url) if storage_kind != "sqlite" else None
+    watch = _PostgresWatch(postgres_url) if storage_kind not in FILE_STORAGES else None
     commits_before = watch.commits() if watch else 0
     command = [
         sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", str(workers),
@@ -240,7 +247,7 @@ def _measure(
         raise RuntimeError(f"{storage_kind} W={workers}: run-round exited {done.returncode}: {tail}")
     transactions = (watch.commits() - commits_before) / trials if watch else None
     stored = postgres_url if storage_kind == "grpc" else url  # read behind the proxy
-    phase = optuna.load_study(study_name=f"{name}/round-1", storage=stored)
+    phase = optuna.load_study(study_name=f"{name}/round-1", storage=open_storage(stored))
     done_trials = [t for t in counted(phase.trials) if t.state.name == "COMPLETE"]
     if len(done_trials) != trials:
         raise RuntimeError(f"{storage_kind} W={workers}: {len(done_trials)} of {trials} trials complete")
@@ -249,7 +256,7 @@ def _measure(
     turnaround = _turnarounds(done_trials)
     idle_rss = _idle_worker_rss_mb(study, output, url)
     duplicates = sum(DUPLICATE_ATTR in t.user_attrs for t in phase.trials)
-    if storage_kind != "sqlite":
+    if storage_kind not in FILE_STORAGES:
         for study_name in (f"{name}/round-1", name):  # keep the shared database small
             with contextlib.suppress(KeyError):
                 optuna.delete_study(study_name=study_name, storage=postgres_url)
@@ -325,7 +332,7 @@ def _line(run: FleetRun) -> str:
         f"(start-up {run.startup_s:.1f}s), {run.trials_per_s:.1f} trials/s, turnaround "
         f"p50 {run.turnaround_p50_s * 1e3:.0f} ms p99 {run.turnaround_p99_s * 1e3:.0f} ms{extra}; "
         f"worker RSS {run.worker_rss_mb:.0f} MB working, {run.idle_worker_rss_mb:.0f} MB idle"
-        + (f"; {run.duplicates} duplicate trials yielded" if run.storage == "grpc" else "")
+        + (f"; {run.duplicates} duplicate trials yielded" if run.storage in LOCK_FREE else "")
     )
 
 
@@ -342,7 +349,7 @@ def _results(run: FleetRun) -> list[Result]:
             Result(NAME, f"connections at peak, {tag}", run.peak_connections, "{:.0f}"),
             Result(NAME, f"samples refused at max_connections, {tag}", run.refused_samples, "{:.0f}"),
         ]
-    if run.storage == "grpc":
+    if run.storage in LOCK_FREE:
         results.append(Result(NAME, f"duplicate trials yielded, {tag}", run.duplicates, "{:.0f}"))
     if run.workers == 1:  # the same process whatever W: once per storage is enough
         results += [
@@ -361,7 +368,7 @@ def _results(run: FleetRun) -> list[Result]:
 
 def run(
     worker_counts: tuple[int, ...] = WORKER_COUNTS,
-    storages: tuple[str, ...] = ("postgresql", "grpc", "sqlite"),
+    storages: tuple[str, ...] = ("postgresql", "grpc", "sqlite", "journal"),
 ) -> list[Result]:
     import optuna
 
@@ -372,7 +379,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="tuner-fleet-") as tmp:
         for storage_kind in storages:
             for workers in worker_counts:
-                if storage_kind == "sqlite" and workers > SQLITE_MAX_WORKERS:
+                if storage_kind in FILE_STORAGES and workers > SQLITE_MAX_WORKERS:
                     continue
                 fleet = measure(storage_kind, workers, Path(tmp), postgres_url)
                 print(_line(fleet), flush=True)
@@ -392,7 +399,9 @@ def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default=",".join(map(str, WORKER_COUNTS)), help="e.g. 1,2,4")
-    parser.add_argument("--storages", default="postgresql,grpc,sqlite", help="postgresql, grpc, sqlite")
+    parser.add_argument(
+        "--storages", default="postgresql,grpc,sqlite,journal", help="postgresql, grpc, sqlite, journal"
+    )
     args = parser.parse_args()
     counts = tuple(int(part) for part in args.workers.split(","))
     storages = tuple(part.strip() for part in args.storages.split(","))
