@@ -1,7 +1,8 @@
-"""Chaos through Optuna's gRPC storage proxy, and directly on PostgreSQL for comparison: trial
-processes killed mid-run, a worker frozen past the heartbeat grace. Through the proxy no
-heartbeat table passes: a trial's beat is an attribute, watched on each worker's own clock
-(``heartbeat.BeatWatch``), and no lock: retries enqueued twice are resolved as duplicates.
+"""Chaos through Optuna's gRPC storage proxy, on an Optuna journal file, and directly on
+PostgreSQL for comparison: trial processes killed mid-run, a worker frozen past the heartbeat
+grace. Through the proxy and on a journal no heartbeat table passes: a trial's beat is an
+attribute, watched on each worker's own clock (``heartbeat.BeatWatch``), and no lock: retries
+enqueued twice are resolved as duplicates.
 """
 
 from __future__ import annotations
@@ -26,21 +27,22 @@ pytestmark = pytest.mark.postgres
 KILLS = 3
 
 
-@pytest.mark.parametrize("through", ["postgresql", "grpc"])
+@pytest.mark.parametrize("through", ["postgresql", "grpc", "journal"])
 def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_it_thaws(
     tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str, through: str
 ) -> None:
     """SIGSTOP of a worker and its trial for longer than the grace: another worker declares the
-    trial dead (through the proxy: its beat attribute stopped changing), retries it from its
-    checkpoint, and the thawed worker records nothing more for it (the finish is first-writer-wins)."""
+    trial dead (through the proxy or on a journal: its beat attribute stopped changing), retries
+    it from its checkpoint, and the thawed worker records nothing more for it (the finish is
+    first-writer-wins)."""
     from tuner.playbook import start_round
     from tuner.spec import load_study
 
     study = toy_study(
         tmp_path, name=unique_name, options={"step_sleep_s": 0.05}, round1={"trials": 3, "steps": 60}
     )
-    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
-    url = proxy_url if through == "grpc" else postgres_url
+    url, stored = _storages(through, tmp_path, proxy_url, postgres_url)
+    start_round(load_study(study), "round-1", output_dir, storage_url=stored)
 
     def worker(label: str, grace_s: int) -> WarmTuner:
         return spawn_warm_tuner(
@@ -63,7 +65,7 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
         retried = wait_for(
             lambda: [
                 t
-                for t in load_phase(postgres_url, unique_name).trials
+                for t in load_phase(stored, unique_name).trials
                 if t.user_attrs.get("retry_of") == number and t.state.name != "WAITING"
             ],
             PATIENCE_S,
@@ -72,7 +74,7 @@ def test_a_frozen_worker_loses_its_trial_to_the_beat_watch_and_gives_it_up_when_
         )
     finally:
         os.killpg(frozen.pid, signal.SIGCONT)
-    trials = _all_end_cleanly((frozen, other), postgres_url, unique_name, slots=3)
+    trials = _all_end_cleanly((frozen, other), stored, unique_name, slots=3)
     before, retry = trials[number], trials[retried[0].number]
     assert before.state.name == "FAIL" and before.user_attrs["failure_reason"] == "killed"
     assert "worker_rss_mb" not in before.user_attrs  # the thawed owner recorded nothing more
@@ -152,6 +154,15 @@ def test_a_worker_frozen_in_the_middle_of_a_write_holds_up_the_others_for_the_lo
     assert trials[number].user_attrs["failure_reason"] == "killed"
 
 
+def _storages(through: str, tmp_path: Path, proxy_url: str, postgres_url: str) -> tuple[str, str]:
+    """(the URL the workers are given, the storage the test reads and starts the phase in):
+    PostgreSQL directly, the proxy in front of it, or a journal file (read as it is)."""
+    if through == "journal":
+        journal = f"journal:///{tmp_path / 'study.log'}"
+        return journal, journal
+    return (proxy_url if through == "grpc" else postgres_url), postgres_url
+
+
 def _all_end_cleanly(
     processes: tuple[WarmTuner, ...], postgres_url: str, name: str, *, slots: int
 ) -> list[Any]:
@@ -164,13 +175,14 @@ def _all_end_cleanly(
     return trials
 
 
-@pytest.mark.parametrize("through", ["postgresql", "grpc"])
+@pytest.mark.parametrize("through", ["postgresql", "grpc", "journal"])
 def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpoint(
     tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str, through: str
 ) -> None:
     """kill -9 of trial processes: their workers record each kill and enqueue its retry. Without a
-    lock (the proxy) every claim also looks for a retry a crash lost, so two may be enqueued for
-    one failure; one counts, the other is failed as its duplicate, and each slot ends once."""
+    lock (the proxy, a journal) every claim also looks for a retry a crash lost, so two may be
+    enqueued for one failure; one counts, the other is failed as its duplicate, and each slot
+    ends once."""
     from tuner.playbook import start_round
     from tuner.spec import load_study
 
@@ -181,8 +193,8 @@ def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpo
         options={"step_sleep_s": 0.03},
         round1={"trials": 4, "steps": 60, "max_retries": 10},
     )
-    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
-    url = proxy_url if through == "grpc" else postgres_url
+    url, stored = _storages(through, tmp_path, proxy_url, postgres_url)
+    start_round(load_study(study), "round-1", output_dir, storage_url=stored)
     env = tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S="120")  # no takeover: each kill recorded once
     phase = ("worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir))
     workers = {label: spawn_warm_tuner(*phase, "--label", label, env=env) for label in ("w0", "w1")}
@@ -200,9 +212,9 @@ def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpo
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: pid not in _children(parent), 120, "the trial process to die")  # noqa: B023
     for label, process in workers.items():
-        output, _ = finish(process, lambda: len(load_phase(postgres_url, unique_name).trials), what=label)
+        output, _ = finish(process, lambda: len(load_phase(stored, unique_name).trials), what=label)
         assert process.returncode == 0 and "Traceback" not in output, f"{label}: {output}"
-    trials = load_phase(postgres_url, unique_name).trials
+    trials = load_phase(stored, unique_name).trials
     _assert_each_slot_done_once(trials, 4)
     live = counted(trials)
     assert len([t for t in live if t.user_attrs.get("failure_reason") == "killed"]) == KILLS

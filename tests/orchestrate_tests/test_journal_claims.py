@@ -148,60 +148,25 @@ def test_a_journal_url_or_file_that_is_not_one_is_one_line_and_exit_2(tmp_path: 
     assert "the proxy serves a database" in single_error(proxy)
 
 
-def test_a_frozen_worker_on_a_journal_loses_its_trial_to_the_beat_watch(
-    tmp_path: Path, output_dir: Path
-) -> None:
-    """SIGSTOP of a worker and its trial past the grace, on a journal: another worker sees the
-    trial's beat attribute stop changing, declares it dead and retries it from its checkpoint;
-    the thawed worker records nothing more for it (a finished trial refuses writes)."""
-    import os
-    import signal
+def test_tune_on_a_journal_delivers_its_model_and_the_same_command_continues(tmp_path: Path) -> None:
+    """``tuner tune`` keeps its state (stages, decision log) in the study's storage: on a journal
+    too, so the same command run again finds every phase done and delivers the same model."""
+    import json
 
-    from tests._processes import PATIENCE_S, wait_for
-    from tests._warm_processes import WarmTuner, spawn_warm_tuner
-    from tests.orchestrate_tests.conftest import load_phase, toy_study, tuner_env
-    from tests.orchestrate_tests.test_grpc_chaos import _all_end_cleanly
-    from tests.orchestrate_tests.test_preemption import _worker_status
-    from tuner.playbook import start_round
-    from tuner.spec import load_study
+    from tests.cli_tests.test_tune import tune_study
+    from tests.orchestrate_tests.conftest import run_tuner
 
-    url = f"journal:///{tmp_path / 'study.log'}"
-    study = toy_study(tmp_path, options={"step_sleep_s": 0.05}, round1={"trials": 3, "steps": 60})
-    start_round(load_study(study), "round-1", output_dir, storage_url=url)
-
-    def worker(label: str, grace_s: int) -> WarmTuner:
-        return spawn_warm_tuner(
-            "worker", str(study), "--phase", "round-1", "--output-dir", str(output_dir), "--label", label,
-            env=tuner_env(TUNER_STORAGE=url, TUNER_HEARTBEAT_GRACE_S=str(grace_s)),
-        )  # fmt: skip
-
-    frozen = worker("frozen", 120)  # thawed, it must not declare the other's trial dead
-
-    def checkpointed() -> int | None:
-        status = _worker_status(output_dir, "frozen", "toy")
-        if status.get("state") == "training" and status.get("step", 0) >= 20:
-            return int(status["trial"])
-        return None
-
-    number = wait_for(checkpointed, what="a trial of the frozen worker with a checkpoint")
-    os.killpg(frozen.pid, signal.SIGSTOP)
-    try:
-        other = worker("other", 4)
-        retried = wait_for(
-            lambda: [
-                t
-                for t in load_phase(url, "toy").trials
-                if t.user_attrs.get("retry_of") == number and t.state.name != "WAITING"
-            ],
-            PATIENCE_S,
-            "the frozen trial's retry to start elsewhere",
-            process=other,
-        )
-    finally:
-        os.killpg(frozen.pid, signal.SIGCONT)
-    trials = _all_end_cleanly((frozen, other), url, "toy", slots=3)
-    before, retry = trials[number], trials[retried[0].number]
-    assert before.state.name == "FAIL" and before.user_attrs["failure_reason"] == "killed"
-    assert "worker_rss_mb" not in before.user_attrs  # the thawed owner recorded nothing more
-    assert retry.user_attrs["worker"] == "other" and retry.state.name == "COMPLETE"
-    assert retry.user_attrs.get("resumed_from_step", 0) >= 20  # from the frozen trial's checkpoint
+    path = tune_study(tmp_path, top_k=1)
+    args = (
+        "tune", str(path), "--budget", "80", "--no-apply-suggestions", "--json", "--no-progress",
+        "--workers", "1", "--storage", f"journal:///{tmp_path / 'study.log'}",
+        "--output-dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    done = run_tuner(*args)
+    assert done.returncode == 0, done.stderr
+    model = json.loads(done.stdout)["delivered_model"]
+    assert model["delivered"] and model["phase"] == "round-2" and Path(model["checkpoint"]).is_file()
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stderr
+    assert "toy/round-2: done in an earlier run, not run again" in again.stderr
+    assert json.loads(again.stdout)["delivered_model"]["checkpoint"] == model["checkpoint"]
