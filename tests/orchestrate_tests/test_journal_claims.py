@@ -7,96 +7,39 @@ Optuna's journal pops a WAITING trial by replay: the first RUNNING record wins
 (``storages/journal/_storage.py``, ``set_trial_state_values`` returns whether this worker owns
 the trial), and a finished trial refuses writes, as on RDB. 8 processes x 200 trials here take
 about 3 s (220-240 trials created: the rest lost a race for their slot and were yielded), at
-the level of ``Claimer``, as ``test_grpc_claims.py`` does for the proxy; then the commands on a
-journal (``storage: journal:///PATH``).
+the level of ``Claimer``, with ``test_grpc_claims.py``'s processes and checks; then the
+commands on a journal (``storage: journal:///PATH``). Chaos on a journal: ``test_grpc_chaos.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import os
-import time
 from pathlib import Path
-from typing import Any
 
-from tuner.orchestrate import count_trials
-from tuner.orchestrate.budget import DUPLICATE_ATTR, counted
+from tests.orchestrate_tests.test_grpc_claims import _claim_until_done, assert_each_slot_claimed_once
 
 TRIALS, PROCESSES = 200, 8
 
 
-def _journal(path: Path) -> Any:
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
-def _slot(slot: int) -> Any:
-    from tuner.orchestrate.claim import NewSlot
-
-    return NewSlot(params=None, distributions=None, fixed_params={}, user_attrs={"slot": slot, "attempt": 0})
-
-
-def _claim_until_done(path: Path, name: str) -> int:
-    """One process claiming and telling trivial trials until the phase is done; how many it told."""
-    import optuna
-    from optuna.exceptions import UpdateFinishedTrialError
-
-    from tuner.orchestrate.budget import Action, Decision
-    from tuner.orchestrate.claim import Claimer
-    from tuner.orchestrate.phase import PhaseSettings
-
-    storage = _journal(path)
-    study = optuna.load_study(study_name=name, storage=storage)
-    settings = PhaseSettings.from_attrs(study.user_attrs)
-    claimer, told = Claimer(storage, study, _slot), 0
-    # all start claiming together: a process slow to start must not find the phase done
-    ready = path.parent / "ready"
-    (ready / str(os.getpid())).touch()
-    while len(list(ready.iterdir())) < PROCESSES:
-        time.sleep(0.01)
-    while True:
-        claimed = claimer.claim(settings)
-        if isinstance(claimed, Decision):
-            if claimed.action in (Action.DONE, Action.FAILED):
-                return told
-            assert claimed.action == Action.WAIT, claimed
-            time.sleep(0.01)
-            continue
-        with contextlib.suppress(UpdateFinishedTrialError):  # a duplicate failed meanwhile
-            storage.set_trial_state_values(
-                claimed.trial_id, optuna.trial.TrialState.COMPLETE, [float(claimed.trial.user_attrs["slot"])]
-            )
-        told += 1
-
-
 def test_processes_claiming_through_a_journal_file_count_each_slot_once(tmp_path: Path) -> None:
+    """The proxy's 8 x 200 test (``test_grpc_claims.py``), on a journal file."""
     import optuna
 
+    from tuner.orchestrate import open_storage
     from tuner.orchestrate.locks import has_lock
     from tuner.orchestrate.phase import PhaseSettings, start_phase
 
-    path = tmp_path / "journal.log"
-    storage = _journal(path)
+    url = f"journal:///{tmp_path / 'journal.log'}"
+    storage = open_storage(url)
     assert not has_lock(storage)  # the lock-free protocol, as through the gRPC proxy
     settings = PhaseSettings.build(TRIALS, max_failed=TRIALS + 1)  # nothing here proves healthy
     start_phase(storage, "journal", "round-1", settings, direction="minimize")
-    (tmp_path / "ready").mkdir()
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        told = pool.starmap(_claim_until_done, [(path, "journal/round-1")] * PROCESSES, chunksize=1)
-    trials = optuna.load_study(study_name="journal/round-1", storage=_journal(path)).trials
-    live = counted(trials)
-    assert sorted(t.user_attrs["slot"] for t in live) == list(range(TRIALS))  # each slot once
-    assert {t.state.name for t in live} == {"COMPLETE"}
-    assert all(t.value == t.user_attrs["slot"] for t in live)
-    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
-    for trial in (t for t in trials if t not in live):  # lost a race for its slot
-        assert DUPLICATE_ATTR in trial.user_attrs or trial.state.name == "COMPLETE", trial
-    counts = count_trials(trials)
-    assert (counts.slots, counts.completed, counts.failed, counts.running) == (TRIALS, TRIALS, 0, 0)
-    # several took part at once (one may lose every race for the journal file lock: starved, not wrong)
+        told = pool.starmap(_claim_until_done, [(url, "journal/round-1")] * PROCESSES, chunksize=1)
+    assert_each_slot_claimed_once(
+        optuna.load_study(study_name="journal/round-1", storage=storage).trials, TRIALS
+    )
+    # several took part at once (one may lose every race for the journal's file lock: starved, not wrong)
     assert sum(told) >= TRIALS and sum(1 for n in told if n) >= PROCESSES // 2, told
 
 
@@ -107,6 +50,7 @@ def test_run_round_workers_report_and_list_on_a_journal_file(tmp_path: Path, out
 
     from tests.orchestrate_tests.conftest import run_tuner, toy_study
     from tests.orchestrate_tests.test_chaos import _assert_each_slot_done_once
+    from tuner.orchestrate import open_storage
 
     journal = tmp_path / "shared" / "study.log"
     url = f"journal:///{journal}"  # an absolute path: journal:////tmp/...
@@ -115,7 +59,7 @@ def test_run_round_workers_report_and_list_on_a_journal_file(tmp_path: Path, out
     done = run_tuner("run-round", str(study), "--round", "1", "--workers", "2", "--no-progress", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"storage {url}" in done.stderr and "6/6 done" in done.stdout, done.stdout + done.stderr
-    trials = optuna.load_study(study_name="toy/round-1", storage=_journal(journal)).trials
+    trials = optuna.load_study(study_name="toy/round-1", storage=open_storage(url)).trials
     _assert_each_slot_done_once(trials, 6)
     assert not (output_dir / "toy" / "study.db").exists()  # nothing went to the default SQLite file
     report = run_tuner("report", str(study), *args)
