@@ -19,7 +19,7 @@ NaN or infinite become ``null``. Schema::
           "metric": str, "direction": "minimize" | "maximize",
           "trial_steps": int|null, "max_train_steps": int|null, "searched": bool,
           "counts": {"complete", "stopped", "diverged", "failed", "running", "waiting": int},
-          "attempts": int,                   # Optuna trials, retries included
+          "attempts": int,                   # Optuna trials, retries included (not duplicates)
           "duplicates": int,                 # trials a lock-free claim made twice, yielded: not counted
           "learning": null | {"rule", "learned": bool, "verdicts": [...]},   # null: chance unknown
           "best_step": null | {"rule", "positions": [{"trial", "position"}], "median",

@@ -264,6 +264,7 @@ def phase_data(stored: StoredPhase) -> PhaseData:
         except TypeError:
             settings = None
     recommended = attrs.get(RECOMMENDED_ATTR)
+    live = counted(stored.trials)
     return PhaseData(
         study=stored.study,
         phase=stored.phase,
@@ -271,8 +272,8 @@ def phase_data(stored: StoredPhase) -> PhaseData:
         plan=plan,
         settings=settings,
         slots=group_slots(stored.phase, stored.trials),
-        attempts=len(counted(stored.trials)),
-        duplicates=len(stored.trials) - len(counted(stored.trials)),
+        attempts=len(live),
+        duplicates=len(stored.trials) - len(live),
         study_file=attrs.get(STUDY_FILE_ATTR),
         recommended_max_train_steps=int(recommended) if isinstance(recommended, int) else None,
     )

@@ -43,8 +43,9 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     switches = context.request.switches
     searches = sum(1 for s in context.state.stages if s.phase == round_phase(1))
     listed = _listed(suggestions)
-    held = [(s, why) for s in suggestions if (why := switches.applies(s.path)) is not None]
-    kept = [s for s in suggestions if all(s is not other for other, _ in held)]
+    judged = [(s, switches.applies(s.path)) for s in suggestions]  # why not, or None: applied
+    held = [(s, why) for s, why in judged if why is not None]
+    kept = [s for s, why in judged if why is None]
     if not suggestions:
         context.decide(
             Decision(
