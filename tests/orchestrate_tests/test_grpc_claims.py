@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,9 +38,11 @@ def _slot(slot: int) -> Any:
     return NewSlot(params=None, distributions=None, fixed_params={}, user_attrs={"slot": slot, "attempt": 0})
 
 
-def _claim_until_done(url: str, name: str, mode: str = "tell") -> int:
+def _claim_until_done(url: str, name: str, mode: str = "tell", ready: str | None = None) -> int:
     """One process of trivial trials until the phase ends: claim, then ``tell`` at once, ``hold``
-    the trial 0.2 s and tell, or ``fail`` it (crashed); how many it ended itself."""
+    the trial 0.2 s and tell, or ``fail`` it (crashed); how many it ended itself. ``ready``: a
+    folder where each of the ``PROCESSES`` marks itself ready, all then starting together (a
+    process slow to start on a busy machine must not find a fast storage's phase done)."""
     import optuna
     from optuna.exceptions import UpdateFinishedTrialError
 
@@ -53,6 +56,10 @@ def _claim_until_done(url: str, name: str, mode: str = "tell") -> int:
     study = optuna.load_study(study_name=name, storage=storage)
     settings = PhaseSettings.from_attrs(study.user_attrs)
     claimer, told = Claimer(storage, study, _slot), 0
+    if ready is not None:
+        (Path(ready) / str(os.getpid())).touch()
+        while len(list(Path(ready).iterdir())) < PROCESSES:
+            time.sleep(0.01)
     while True:
         claimed = claimer.claim(settings)
         if isinstance(claimed, Decision):

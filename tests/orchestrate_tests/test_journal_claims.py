@@ -16,9 +16,12 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from tests.orchestrate_tests.test_grpc_claims import _claim_until_done, assert_each_slot_claimed_once
-
-TRIALS, PROCESSES = 200, 8
+from tests.orchestrate_tests.test_grpc_claims import (
+    PROCESSES,
+    TRIALS,
+    _claim_until_done,
+    assert_each_slot_claimed_once,
+)
 
 
 def test_processes_claiming_through_a_journal_file_count_each_slot_once(tmp_path: Path) -> None:
@@ -34,8 +37,11 @@ def test_processes_claiming_through_a_journal_file_count_each_slot_once(tmp_path
     assert not has_lock(storage)  # the lock-free protocol, as through the gRPC proxy
     settings = PhaseSettings.build(TRIALS, max_failed=TRIALS + 1)  # nothing here proves healthy
     start_phase(storage, "journal", "round-1", settings, direction="minimize")
+    ready = tmp_path / "ready"
+    ready.mkdir()
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        told = pool.starmap(_claim_until_done, [(url, "journal/round-1")] * PROCESSES, chunksize=1)
+        jobs = [(url, "journal/round-1", "tell", str(ready))] * PROCESSES
+        told = pool.starmap(_claim_until_done, jobs, chunksize=1)
     assert_each_slot_claimed_once(
         optuna.load_study(study_name="journal/round-1", storage=storage).trials, TRIALS
     )
