@@ -377,5 +377,5 @@ def test_a_search_seed_is_a_fresh_search_beside_the_first_that_the_same_command_
     assert first.exit_code == 0 and "plan for toy within 80" in first.output
     refused = invoke("tune", str(path), "--budget", "80", "--search-seed", "-1", "--dry-run")
     assert single_error(refused) == "--search-seed -1: must be 0 or more"
-    both = invoke("tune", str(path), "--budget", "80", "--search-seed", "7", "--set=search_seed=3", "--dry-run")
+    both = invoke("tune", str(path), "--budget", "80", "--search-seed", "7", "--set=search_seed=3")
     assert single_error(both) == "--search-seed 7 and --set search_seed=...: give one of them"
