@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.cli_tests.test_tune import store_tune_state, tune_after, tune_args, tune_study
@@ -27,13 +28,21 @@ def _plan(tmp_path: Path, *flags: str) -> dict[str, tuple[int, int]]:
 
 
 def test_each_switch_changes_only_its_own_step_of_the_plan(tmp_path: Path) -> None:
-    # by default round 1 keeps half the rest for a next search; round 2's seeds take it if unused
-    assert _plan(tmp_path / "default") == {"toy/round-1": (14, 140), "toy/round-2": (6, 240)}
-    # --no-extra-seeds: round 2 at the file's seeds (3 points x 1), round 1 still keeps its reserve
+    # by default round 2 runs at the file's seeds (2 would be more than half the budget), 20% of
+    # the budget (80) is kept for round 3, decided on round 2's report, and round 1 keeps half the
+    # rest for a next search; round 3 takes what is left (<= 180, an upper bound: "steps" None)
+    default = {"toy/round-1": (10, 100), "toy/round-2": (3, 120), "toy/round-3": (None, 180)}
+    assert _plan(tmp_path / "default") == default
+    # --no-extra-seeds: round 3 only if it trains longer; the plan keeps its share for that
+    assert _plan(tmp_path / "seeds", "--no-extra-seeds") == default
+    # --no-extra-round: no share kept; round 2's seeds take what round 1 leaves unused (before
+    # round 3 existed), or with --no-extra-seeds too, round 2 keeps the file's seeds
+    no_round = {"toy/round-1": (14, 140), "toy/round-2": (6, 240)}
+    assert _plan(tmp_path / "round", "--no-extra-round") == no_round
     fewer_seeds = {"toy/round-1": (14, 140), "toy/round-2": (3, 120)}
-    assert _plan(tmp_path / "seeds", "--no-extra-seeds") == fewer_seeds
+    assert _plan(tmp_path / "neither-extra", "--no-extra-round", "--no-extra-seeds") == fewer_seeds
     # one search only, or no suggestions applied: no reserve, round 1 takes the rest
-    whole = {"toy/round-1": (28, 280), "toy/round-2": (3, 120)}
+    whole = {"toy/round-1": (20, 200), "toy/round-2": (3, 120), "toy/round-3": (None, 80)}
     assert _plan(tmp_path / "searches", "--max-searches", "1") == whole
     assert _plan(tmp_path / "apply", "--no-apply-suggestions") == whole
     assert _plan(tmp_path / "neither", "--no-apply-ranges", "--no-apply-length") == whole
@@ -68,6 +77,69 @@ def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tm
     assert delivered["phase"] == "round-2" and "/toy-2/" in delivered["checkpoint"]
     status = json.loads((Path(delivered["checkpoint"]).parents[1] / "status.json").read_text())
     assert status["step"] == 40  # round 2 trained the shorter length
+    assert payload["plan"]["steps_ran"] <= 1000
+
+
+@pytest.mark.parametrize(
+    ("best_step", "kind", "failed"),
+    [(80, "round3_longer", False), (40, "round3_seeds", False), (40, "round3_seeds", True)],
+    ids=["still-improving", "fine", "fine-one-point-failed"],
+)
+def test_the_round_after_round_2_is_decided_on_its_report(
+    tmp_path: Path, best_step: int, kind: str, failed: bool
+) -> None:
+    """Rounds 1 and 2 (built, not trained: round 2's 3 points at max_train_steps 80, one seed,
+    every best step at ``best_step``) done in an earlier run of ``--budget 1000``: 680 steps are
+    left. Best steps at the end (the report: "still improving") -> round 3 trains round 2's
+    chosen point 4x longer (320 steps, the most 680 steps hold on 2 seeds is 340) on 2 new seeds;
+    best steps mid-run ("looks right") -> round 2's 3 points on 2 new seeds each at 80 steps,
+    the delivered model pooling each point's 3 runs; with round 2's third point failed, its 2
+    completed points only (760 steps, the failed trial having trained none: 4 new seeds each)."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, max_train_steps=80)
+    phase = built.start("round-1")
+    for slot in range(8):
+        add_trial(phase, slot, 0.1 + 0.01 * slot, {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+    second = built.start("round-2")
+    for slot, planned in enumerate(load_plan(second.user_attrs).slots):  # type: ignore[union-attr]
+        if failed and slot == 2:
+            add_trial(second, slot, None, planned.values, state="FAIL", max_train_steps=80, **planned.attrs)
+            continue
+        add_trial(second, slot, 0.05 + 0.01 * slot, planned.values, best_step=best_step, **planned.attrs)
+    stages = [
+        Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
+        Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
+    ]
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))  # round 2 ran: no next search
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    decision = next(d for d in payload["decisions"] if d["kind"].startswith("round3_"))
+    assert decision["kind"] == kind
+    assert decision["numbers"]["left"] == (760 if failed else 680)  # a failed trial trained no step here
+    third = next(s for s in payload["stages"] if s["phase"] == "round-3")
+    statuses = sorted((built.output_dir / "toy" / "round-3").glob("trial-*/status.json"))
+    trained = [json.loads(status.read_text())["step"] for status in statuses]
+    model = payload["delivered_model"]
+    if kind == "round3_longer":
+        assert "still improving" in decision["text"] and "80 -> 320 steps" in decision["text"]
+        assert "rounds.round3.steps=320" in third["sets"] and decision["numbers"]["seeds"] == 2
+        assert trained == [320, 320]
+        # the longer point is a point of its own: its 2 runs, or round 2's best (0.05, 1 run)
+        assert (model["phase"], model["seeds"]["seeds"]) in (("round-3", 2), ("round-2", 1))
+    elif failed:
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (2, 4)
+        assert trained == [80] * 8
+        assert model["seeds"]["seeds"] == 5
+    else:
+        assert "its runs were not still improving" in decision["text"]
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (3, 2)
+        assert trained == [80] * 6
+        assert model["seeds"]["seeds"] == 3  # each point's run of round 2 and its 2 of round 3
+        assert {r["phase"] for r in model["seeds"]["runs"]} == {"round-2", "round-3"}
     assert payload["plan"]["steps_ran"] <= 1000
 
 

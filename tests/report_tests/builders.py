@@ -51,6 +51,7 @@ def study(
     search_space: dict[str, Any] | None = None,
     round1: dict[str, Any] | None = None,
     round2: dict[str, Any] | None = None,
+    round3: dict[str, Any] | None = None,
     options: dict[str, Any] | None = None,
     storage: str | None = None,
     **training: Any,
@@ -66,10 +67,11 @@ def study(
         storage=storage,
         **training,
     )
-    if round2 is not None:
-        document = yaml.safe_load(path.read_text())
-        document["rounds"]["round2"] = round2
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    for key, value in (("round2", round2), ("round3", round3)):
+        if value is not None:
+            document = yaml.safe_load(path.read_text())
+            document["rounds"][key] = value
+            path.write_text(yaml.safe_dump(document, sort_keys=False))
     return Built(path, folder / "runs", name, storage=storage)
 
 

@@ -1,8 +1,9 @@
 """The model a study delivers (``tuner.report.delivered``): one rule, the same in ``tuner list``,
 ``tuner report`` (terminal, JSON, HTML), on constructed studies whose answer is known.
 
-The rule: the latest full-length round (2 or later); its point with the best mean over completed
-seeds (equal means: more seeds, then the earlier point); that point's best seed at its best step.
+The rule: of the rounds (2 or later) at full length or longer, the point with the best mean over
+completed seeds, a point's runs at one length pooled across rounds (equal means: more seeds, then
+the earlier point); that point's best seed at its best step.
 """
 
 from __future__ import annotations
@@ -34,24 +35,27 @@ def _round1(built: Built) -> None:
         add_trial(phase, slot, value, {"optimizer.lr": lr}, best_step=30)
 
 
-def _round2(built: Built, values: list[float | None]) -> None:
-    """Round 2's slots (in plan order: each point's seeds together) with ``values`` (None: failed);
-    each completed run has a run folder with its best checkpoint at step 40."""
-    phase = built.start("round-2")
-    for slot, planned in enumerate(load_plan(phase.user_attrs).slots):  # type: ignore[union-attr]
+def _round2(built: Built, values: list[float | None], name: str = "round-2") -> None:
+    """Round 2's (or ``name``'s) slots (in plan order: each point's seeds together) with ``values``
+    (None: failed); each completed run has a run folder with its best checkpoint at its last step."""
+    phase = built.start(name)
+    plan = load_plan(phase.user_attrs)
+    assert plan is not None
+    last = plan.trial_steps
+    for slot, planned in enumerate(plan.slots):
         value = values[slot]
-        folder = built.output_dir / built.name / "round-2" / f"trial-{slot}"
+        folder = built.output_dir / built.name / name / f"trial-{slot}"
         if value is not None:
-            run_folder(folder, best_step=40, metrics={"val/error_rate": value})
+            run_folder(folder, best_step=last, metrics={"val/error_rate": value})
         add_trial(
             phase,
             slot,
             value,
             planned.values,
             state="COMPLETE" if value is not None else "FAIL",
-            best_step=40 if value is not None else None,
+            best_step=last if value is not None else None,
             run_dir=folder,
-            reproduce=f"tuner train study.yaml --set slot={slot} (round 2)",
+            reproduce=f"tuner train study.yaml --set slot={slot} ({name.replace('-', ' ')})",
             **planned.attrs,
         )
 
@@ -93,7 +97,10 @@ def test_round_2_delivers_even_when_a_short_round_1_run_looks_better(tmp_path: P
     checkpoint = built.output_dir / "toy" / "round-2" / "trial-1" / "checkpoints" / "best-step00000040.pt"
     assert delivered["checkpoint"] == str(checkpoint) and delivered["checkpoint_on_this_machine"] is True
     assert delivered["reproduce"] == "tuner train study.yaml --set slot=1 (round 2)"
-    assert delivered["seeds"] == {"mean": 0.12, "min": 0.12, "max": 0.12, "seeds": 1, "trials": [1]}
+    assert delivered["seeds"] == {
+        "mean": 0.12, "min": 0.12, "max": 0.12, "seeds": 1, "trials": [1],
+        "runs": [{"phase": "round-2", "trial": 1}],
+    }  # fmt: skip
     assert delivered["why_not"] is None and delivered["next_step"] is None
     # the list says it, and never calls round 1's 0.10 the best
     block = _list_block(built)
@@ -114,7 +121,10 @@ def test_a_point_is_ranked_by_its_mean_over_seeds_not_by_its_luckiest_seed(tmp_p
     built = _two_rounds(tmp_path, {"top_k": 2, "seeds": 2}, [0.09, 0.15, 0.11, 0.11])
     delivered = _delivered_json(built)
     assert (delivered["phase"], delivered["trial"], delivered["value"]) == ("round-2", 2, 0.11)
-    assert delivered["seeds"] == {"mean": 0.11, "min": 0.11, "max": 0.11, "seeds": 2, "trials": [2, 3]}
+    assert delivered["seeds"] == {
+        "mean": 0.11, "min": 0.11, "max": 0.11, "seeds": 2, "trials": [2, 3],
+        "runs": [{"phase": "round-2", "trial": 2}, {"phase": "round-2", "trial": 3}],
+    }  # fmt: skip
     block = _list_block(built)
     assert "round-2 trial 2 at step 40 of 40 seeds mean 0.11 over 2 seeds (0.11-0.11)" in block
 
@@ -129,6 +139,7 @@ def test_the_delivered_run_is_the_chosen_points_best_seed(tmp_path: Path) -> Non
         "max": 0.14,
         "seeds": 2,
         "trials": [0, 1],
+        "runs": [{"phase": "round-2", "trial": 0}, {"phase": "round-2", "trial": 1}],
     }
 
 
@@ -147,6 +158,44 @@ def test_a_single_seed_point_competes_by_its_one_value(
 ) -> None:
     delivered = _delivered_json(_two_rounds(tmp_path, {"top_k": 2, "seeds": 2}, values))
     assert (delivered["trial"], delivered["seeds"]["seeds"]) == (trial, seeds)
+
+
+def test_a_round_on_new_seeds_at_the_same_length_pools_each_points_runs_with_round_2s(tmp_path: Path) -> None:
+    # round 2: point A (round 1's slot 1) 0.05, point B (slot 2) 0.13; round 3 trains both again on
+    # 2 new seeds: A 0.12, 0.12; B 0.10, 0.10. Round 3 alone would choose B (0.10 < 0.12); pooled,
+    # A's mean is (0.05 + 0.24) / 3 = 0.0967 and B's (0.13 + 0.20) / 3 = 0.11: A, at its round-2 run
+    built = study(tmp_path / "s", round2={"top_k": 2}, round3={"top_k": 2, "seeds": 2, "steps": 40})
+    _round1(built)
+    _round2(built, [0.05, 0.13])
+    _round2(built, [0.12, 0.12, 0.10, 0.10], name="round-3")
+    delivered = _delivered_json(built)
+    assert delivered["delivered"] is True
+    assert (delivered["phase"], delivered["trial"], delivered["value"]) == ("round-2", 0, 0.05)
+    assert delivered["seeds"]["mean"] == pytest.approx(0.29 / 3)
+    assert delivered["seeds"]["seeds"] == 3 and delivered["seeds"]["trials"] == [0]
+    assert delivered["seeds"]["runs"] == [
+        {"phase": "round-2", "trial": 0}, {"phase": "round-3", "trial": 0}, {"phase": "round-3", "trial": 1},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("longer", "phase", "trial", "seeds"),
+    [([0.08, 0.10], "round-3", 0, 2), ([0.11, 0.13], "round-2", 0, 1)],
+    ids=["longer-is-better-delivers", "longer-is-worse-keeps-round-2"],
+)
+def test_a_longer_round_is_a_point_of_its_own_compared_by_its_mean(
+    tmp_path: Path, longer: list[float], phase: str, trial: int, seeds: int
+) -> None:
+    # round 2 at max_train_steps (40): A 0.10, B 0.12; round 3 trains A at 80 steps on 2 seeds:
+    # mean 0.09 beats A's 0.10 at 40 steps; mean 0.12 does not (the longer run is not assumed better)
+    built = study(tmp_path / "s", round2={"top_k": 2}, round3={"top_k": 1, "seeds": 2, "steps": 80})
+    _round1(built)
+    _round2(built, [0.10, 0.12])
+    _round2(built, longer, name="round-3")
+    delivered = _delivered_json(built)
+    assert delivered["delivered"] is True
+    assert (delivered["phase"], delivered["trial"], delivered["seeds"]["seeds"]) == (phase, trial, seeds)
+    assert {r["phase"] for r in delivered["seeds"]["runs"]} == {phase}
 
 
 def test_without_round_2_round_1s_best_is_a_candidate_not_the_delivered_model(tmp_path: Path) -> None:

@@ -47,10 +47,28 @@ from tests.spec_tests.test_study_errors import validate_error
             "workload.dropout=2",
             "--set workload.dropout=2: workload.options.dropout: expected a number < 1.0, got 2",
         ),
+        (
+            "rounds.round4.top_k=1",
+            "--set rounds.round4.top_k=1: rounds: round3 is missing: rounds are numbered without gaps",
+        ),
+        (
+            "rounds.round3.bogus=1",
+            "--set rounds.round3.bogus=1: rounds.round3.bogus is not a field of this study "
+            "(did you mean 'rounds.round2'?)",
+        ),
     ],
 )
 def test_set_override_error(override: str, expected: str) -> None:
     assert validate_error(BASE_YAML, "--set", override) == expected
+
+
+def test_set_adds_the_next_round_as_tune_does_after_the_files_last() -> None:
+    write_study(Path.cwd())
+    result = invoke(
+        "validate", "study.yaml", "--set", "rounds.round3.top_k=1", "--set", "rounds.round3.steps=80"
+    )
+    assert result.exit_code == 0, result.output
+    assert "round 3: top 1 of round 2 = 1 trial of 80 steps" in plain(result.stdout)
 
 
 def test_file_error_is_reported_before_override_error() -> None:

@@ -108,6 +108,11 @@ def tune(
     no_extra_seeds: bool = typer.Option(
         False, "--no-extra-seeds", help="Round 2 keeps the file's seeds (the rest of the budget unspent)."
     ),
+    no_extra_round: bool = typer.Option(
+        False,
+        "--no-extra-round",
+        help="No round decided on the last round's report (longer runs, or more seeds); 20% less kept.",
+    ),
     max_searches: int = typer.Option(
         2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
     ),
@@ -150,6 +155,7 @@ def tune(
             sweep=not no_sweep,
             apply_suggestions=not no_apply,
             extra_seeds=not no_extra_seeds,
+            extra_round=not no_extra_round,
             max_searches=max_searches,
             apply_ranges=not no_apply_ranges,
             apply_length=not no_apply_length,

@@ -12,12 +12,19 @@ trained twice), so the phases together never train more than the budget:
    x ``seeds`` x ``len(lr_multipliers)`` trials at its length; the last one at 2 seeds at least
    (``SPREAD_SEEDS``: one seed measures no spread) when that costs at most half of the budget.
    If the last one does not fit, its seeds are lowered, then its ``top_k``.
-3. **round 1** gets what is left, ``trials = (left - later rounds) // round-1 length``; when
-   another search may follow (the report's suggestions applied to a next study file: ``tune``'s
-   ``--max-searches``), round 1 gets half of that and the other half is kept for it.
-4. **when round 2 starts**, its ``seeds`` grow to use every step left (``--no-extra-seeds`` keeps
-   the file's): the spread over seeds is the delivered model's test-free uncertainty, and it is
-   what lets the report tell a weak transfer from noise.
+3. **round 1** gets what is left, ``trials = (left - later rounds - extra round) // round-1
+   length``, where the extra round (below) is kept ``EXTRA_ROUND_SHARE`` (20%) of the budget;
+   when another search may follow (the report's suggestions applied to a next study file:
+   ``tune``'s ``--max-searches``), round 1 gets half of that and the other half is kept for it.
+4. **the extra round** (round N+1 after the file's last round N; ``extra_round.py``) is decided
+   on round N's report once it has run, and takes every step left: when its runs were still
+   improving (best checkpoints in the last 25%: the playbook's "train longer"), the chosen point
+   at a longer length on 2 seeds; otherwise round N's points again on new seeds, pooled with
+   theirs by the delivered-model rule (``tuner.report.delivered``). The share is kept before the
+   report can say which, because the playbook's remedy for too short a length costs a longer run.
+   With ``--no-extra-round`` no share is kept and, as before it existed, the last round's seeds
+   grow to use every step left when it starts (``--no-extra-seeds`` keeps the file's): the
+   spread over seeds is the delivered model's test-free uncertainty.
 
 A phase that does not fit is shrunk, or refused with one line saying what would fit.
 """
@@ -32,6 +39,8 @@ from typing import Any
 from tuner.errors import UsageError
 
 SWEEP_SHARE = 0.2
+#: the budget kept for the round decided on the last round's report (longer, or more seeds)
+EXTRA_ROUND_SHARE = 0.2
 #: the last round's seeds when the budget allows: the spread over seeds needs two
 SPREAD_SEEDS = 2
 #: a search after the first (the report's suggestions applied) needs at least this many trials
@@ -188,7 +197,8 @@ class RoundsShape:
     round1_trials: int
     round1_steps: int
     later: list[LaterRound]
-    reserve: int  # kept for a further search (the report's suggestions applied), else round 2's seeds
+    reserve: int  # kept for a further search (the report's suggestions applied), else the extra round
+    extra_round: int = 0  # kept for the round decided on the last round's report
 
     @property
     def round1_cost(self) -> int:
@@ -217,17 +227,30 @@ def shape_rounds(
     keep_reserve: bool,
     min_trials: int = 1,
     budget: int | None = None,
+    extra_round: int = 0,
 ) -> RoundsShape:
     """Round 1's share of ``left`` steps after the later rounds at the file's seeds (2 if half the
-    ``budget`` holds them: see the module's rule). ``keep_reserve``: round 1 takes half, the rest
-    is kept for another search."""
+    ``budget`` holds them: see the module's rule) and the ``extra_round`` steps kept for the round
+    decided on the last one's report. ``keep_reserve``: round 1 takes half, the rest is kept for
+    another search. When round 1 would not have its minimum beside the extra round's share, the
+    share goes (a search comes before the round that refines it)."""
     spread = with_measured_spread(budget if budget is not None else left, later)
     fitted = fit_later_rounds(left, spread, fill_seeds=False)
-    search = left - sum(r.cost for r in fitted)
+    search = left - sum(r.cost for r in fitted) - extra_round
     share = search // 2 if keep_reserve else search
     trials = share // round1_steps
     needed = max(min_trials, fitted[0].top_k if fitted else 1)
     if trials < needed and keep_reserve:  # no room for a second search: round 1 takes it all
+        return shape_rounds(
+            left,
+            round1_steps,
+            later,
+            keep_reserve=False,
+            min_trials=min_trials,
+            budget=budget,
+            extra_round=extra_round,
+        )
+    if trials < needed and extra_round:  # no room for the extra round's share: round 1 first
         return shape_rounds(
             left, round1_steps, later, keep_reserve=False, min_trials=min_trials, budget=budget
         )
@@ -238,4 +261,4 @@ def shape_rounds(
             f"rounds' {sum(r.cost for r in fitted):,}; raise --budget"
         )
     reserve = search - trials * round1_steps if keep_reserve else 0
-    return RoundsShape(left, trials, round1_steps, fitted, reserve)
+    return RoundsShape(left, trials, round1_steps, fitted, reserve, extra_round)

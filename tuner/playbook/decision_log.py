@@ -1,7 +1,7 @@
 """``tuner tune``'s decision log and progress, kept in the study's storage.
 
 Every decision ``tune`` takes (the budget split, a sweep cap lowered, round 1's trials, a report
-suggestion applied or not, round 2's seeds, the model delivered) is a ``Decision``: a stable
+suggestion applied or not, round 2's seeds, the extra round, the model delivered) is a ``Decision``: a stable
 ``kind`` for scripts, the sentence printed, and its numbers. Each phase ``tune`` runs is a
 ``Stage``: the study file and ``--set`` values it runs with, decided once. A re-run reads them
 back and continues: a stage decided is never decided again (its ``--set`` values must stay the

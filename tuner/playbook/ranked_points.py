@@ -70,7 +70,8 @@ class RankedPoint:
         )
 
 
-def _point_key(plan: StoredPlan | None, trial: Any) -> str:
+def point_key(plan: StoredPlan | None, trial: Any) -> str:
+    """What makes a run's point: its searched values and its slot's other keys, the seed aside."""
     planned = plan.slot(slot_of(trial)) if plan is not None else None
     sets = {k: v for k, v in (planned.sets if planned else {}).items() if k != "seed_index"}
     return json.dumps({"params": trial.params, "sets": sets}, sort_keys=True, default=str)
@@ -132,7 +133,7 @@ def points_of(completed: Iterable[Any], plan: StoredPlan | None) -> list[RankedP
     stored before plans): by params alone."""
     groups: dict[str, list[Any]] = {}
     for trial in sorted(completed, key=lambda t: (seed_of(t), slot_of(t))):
-        groups.setdefault(_point_key(plan, trial), []).append(trial)
+        groups.setdefault(point_key(plan, trial), []).append(trial)
     return [RankedPoint(runs) for runs in groups.values()]
 
 

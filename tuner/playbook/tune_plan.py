@@ -17,6 +17,7 @@ from tuner.playbook.budget import (
     fit_later_rounds,
     shape_rounds,
     sweep_shape,
+    with_measured_spread,
 )
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
@@ -30,6 +31,7 @@ class Switches:
     sweep: bool = True  # --no-sweep
     apply_suggestions: bool = True  # --no-apply-suggestions: neither kind below
     extra_seeds: bool = True  # --no-extra-seeds
+    extra_round: bool = True  # --no-extra-round: no round decided on the last round's report
     max_searches: int = 2  # --max-searches: round 1 of the study, then of each next study
     apply_ranges: bool = True  # --no-apply-ranges: the search space's (ranges, categorical values)
     apply_length: bool = True  # --no-apply-length: max_train_steps, eval_every, rounds' steps
@@ -120,9 +122,10 @@ def round1_decision(
     keep_reserve: bool,
     search: int,
     budget: int,
+    extra_round: bool = False,
 ) -> tuple[Stage, Decision]:
-    """Round 1's trials: what the later rounds (at the file's seeds) leave, halved when another
-    search may follow (``keep_reserve``)."""
+    """Round 1's trials: what the later rounds (at the file's seeds) and the extra round's share
+    (``extra_round``) leave, halved when another search may follow (``keep_reserve``)."""
     spec = loaded.spec
     length = round1_length(loaded, production)
     later = later_rounds_of(loaded, production, length)
@@ -133,6 +136,7 @@ def round1_decision(
         keep_reserve=keep_reserve,
         min_trials=1 if search == 1 else MIN_SEARCH_TRIALS,
         budget=budget,
+        extra_round=extra_round_share(budget) if extra_round else 0,
     )
     stage = Stage(
         spec.name,
@@ -149,7 +153,15 @@ def round1_decision(
         f"{left:,} left; the later rounds need {later_cost:,} ({_seeds(shape.later)})"
     )
     if shape.reserve:
-        text += f"; {shape.reserve:,} kept for a search on the report's suggestions (else more seeds)"
+        unused = "the extra round's" if extra_round else "more seeds"
+        text += f"; {shape.reserve:,} kept for a search on the report's suggestions (else {unused})"
+    if shape.extra_round:
+        text += (
+            f"; {shape.extra_round:,} kept for a round decided on the last round's report (longer runs "
+            "if it says they were still improving, else more seeds)"
+        )
+    elif extra_round:
+        text += "; no room for a round decided on the last round's report (round 1's minimum first)"
     numbers = {
         "trials": shape.round1_trials,
         "steps_per_trial": length,
@@ -157,6 +169,7 @@ def round1_decision(
         "left": left,
         "later_steps": later_cost,
         "reserve": shape.reserve,
+        "extra_round": shape.extra_round,
     }
     return stage, Decision("round1_trials", stage.key, text, numbers)
 
@@ -169,13 +182,17 @@ def later_decisions(
     *,
     fill_seeds: bool,
     round1_trials: int | None,
+    spread_within: int | None = None,
 ) -> list[tuple[Stage, Decision]]:
     """Rounds 2, 3... within ``left`` steps: the last one's seeds fill them (``fill_seeds``) or
-    shrink to fit. Each round carries the ``--set`` values of the rounds before it (round N
-    checks the file against round N-1's plan)."""
+    shrink to fit; with ``spread_within`` (the budget, when an extra round follows and takes what
+    is left) at 2 seeds when half of it holds them, as round 1's share counted them. Each round
+    carries the ``--set`` values of the rounds before it (round N checks the file against round
+    N-1's plan)."""
     spec = loaded.spec
     later = later_rounds_of(loaded, production, round1_length(loaded, production))
-    fitted = fit_later_rounds(left, later, fill_seeds=fill_seeds, round1_trials=round1_trials)
+    planned_from = with_measured_spread(spread_within, later) if spread_within is not None else later
+    fitted = fit_later_rounds(left, planned_from, fill_seeds=fill_seeds, round1_trials=round1_trials)
     decided, carried = [], list(sets)
     for planned, file_round in zip(fitted, later, strict=True):
         round_spec = spec.rounds.get(planned.number)
@@ -215,6 +232,13 @@ def later_decisions(
         decided.append((stage, Decision(f"round{planned.number}_shape", stage.key, text, planned.to_json())))
         left -= planned.cost
     return decided
+
+
+def extra_round_share(budget: int) -> int:
+    """The steps round 1 leaves for the round decided on the last round's report."""
+    from tuner.playbook.budget import EXTRA_ROUND_SHARE
+
+    return int(budget * EXTRA_ROUND_SHARE)
 
 
 def _seeds(later: list[LaterRound]) -> str:

@@ -3,16 +3,19 @@ JSON) and whatever ends a study with its model.
 
 The rule (``RULE`` below says it in one line):
 
-1. **The delivering phase** is the latest round, round 2 or later, that trained at full length
-   (its trial length is ``max_train_steps``; a round whose ``max_train_steps`` is unknown counts,
-   there being no longer length to compare with) and has completed trials. Round 1 never
-   delivers: it trains at a fraction of ``max_train_steps`` and one run per point, to rank points,
-   not to produce the model. sweep-lr never does: it trains at one constant LR to measure length.
-2. **The chosen point:** the phase's completed runs grouped by point (same hyperparameters, seeds
-   differ) and ranked by the **mean** objective over the point's completed seeds; equal means,
-   the point with more seeds, then the earlier point (``tuner.playbook.ranked_points``, the
-   ranking round N uses for its sources). A point run once ranks by its one value: a mean is a
-   mean, so a single lucky run can win, and its spread (one seed) says how little is known.
+1. **The candidates** are the completed runs of every round, round 2 or later, that trained at
+   full length (its trial length is at least ``max_train_steps``: a round ``tune`` trained
+   longer counts; a round whose ``max_train_steps`` is unknown counts, there being no longer
+   length to compare with). Round 1 never delivers: it trains at a fraction of
+   ``max_train_steps`` and one run per point, to rank points, not to produce the model. sweep-lr
+   never does: it trains at one constant LR to measure length.
+2. **The chosen point:** those runs grouped by point and length (same hyperparameters and trial
+   length, seeds differ; a point trained again on new seeds by a later round at the same length
+   pools its runs of both rounds, one trained longer is a point of its own) and ranked by the
+   **mean** objective over the point's completed seeds; equal means, the point with more seeds,
+   then the earlier point (``tuner.playbook.ranked_points``, the ranking round N uses for its
+   sources). A point run once ranks by its one value: a mean is a mean, so a single lucky run
+   can win, and its spread (one seed) says how little is known.
 3. **The delivered model** is the chosen point's seed run with the best objective, at its best
    step: its checkpoint (``<run_dir>/checkpoints/best-stepN.pt``), its reproduce command, its value
    and step; the point's spread over seeds (mean, min, max, seeds) is the test-free uncertainty.
@@ -24,19 +27,20 @@ the round to run; it is never called the study's best.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tuner.playbook.phases import round_number
-from tuner.playbook.ranked_points import points_of, ranked
+from tuner.playbook.ranked_points import RankedPoint, point_key, ranked, seed_of
 from tuner.report.best_trial import BestTrial, best_trial
-from tuner.report.study_data import PhaseData, SlotState
+from tuner.report.study_data import PhaseData, SlotState, TrialSlot
 
 Split = Literal["validation", "proxy"]
 
 RULE = (
-    "the latest round (2 or later) trained at max_train_steps: its point with the best mean over "
-    "seeds (equal means: more seeds, then the earlier point), that point's best seed at its best step"
+    "of the rounds (2 or later) trained at max_train_steps or longer, the point with the best mean over "
+    "seeds (a point's runs at one length pooled across rounds; equal means: more seeds, then the "
+    "earlier point), that point's best seed at its best step"
 )
 
 
@@ -58,7 +62,8 @@ class SeedSpread:
     low: float
     high: float
     seeds: int
-    trials: list[int]  # the seed runs' trial numbers, lowest seed first
+    trials: list[int]  # the seed runs' trial numbers in the delivered run's phase, lowest seed first
+    runs: list[tuple[str, int]] = field(default_factory=list)  # every seed run: (phase, trial)
 
     def describe(self) -> str:
         """``mean 0.12 over 3 seeds (0.11-0.13)``, or ``1 seed: no spread measured``."""
@@ -75,6 +80,7 @@ class SeedSpread:
             "max": self.high,
             "seeds": self.seeds,
             "trials": self.trials,
+            "runs": [{"phase": phase, "trial": trial} for phase, trial in self.runs],
         }
 
 
@@ -131,20 +137,22 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
     if not rounds:
         return None
     full = [p for p in rounds if (round_number(p.phase) or 0) >= 2 and _full_length(p)]
-    phase = full[0] if full else rounds[0]
+    candidates = full or rounds[:1]
+    chosen, home = _chosen_point(candidates)
+    best = chosen.best_run(home[id(chosen.runs[0])][0].direction)
+    phase, slot = home[id(best)]
     number = round_number(phase.phase) or 1
-    chosen = ranked(points_of([s.final for s in phase.completed], phase.plan), phase.direction)[0]
-    slots = {s.slot: s for s in phase.completed}
-    run = best_trial(phase, slots[chosen.best_run(phase.direction).slot])
+    run = best_trial(phase, slot)
     assert run is not None
     spread = SeedSpread(
         mean=chosen.value,
         low=min(chosen.values),
         high=max(chosen.values),
         seeds=len(chosen.runs),
-        trials=[t.slot for t in chosen.runs],
+        trials=[home[id(t)][1].slot for t in chosen.runs if home[id(t)][0] is phase],
+        runs=[(home[id(t)][0].phase, home[id(t)][1].slot) for t in chosen.runs],
     )
-    unfinished = len(phase.with_state(SlotState.RUNNING, SlotState.WAITING))
+    unfinished = sum(len(p.with_state(SlotState.RUNNING, SlotState.WAITING)) for p in candidates)
     return DeliveredModel(
         delivered=bool(full),
         run=run,
@@ -154,6 +162,21 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
         next_step=None if full else _next_step(phase, number + 1),
         unfinished=unfinished,
     )
+
+
+def _chosen_point(phases: list[PhaseData]) -> tuple[RankedPoint, dict[int, tuple[PhaseData, TrialSlot]]]:
+    """The best point of ``phases`` by the rule (its runs pooled across them per length), and each
+    run's phase and slot (by ``id`` of the stored trial)."""
+    groups: dict[tuple[int | None, str], list[Any]] = {}
+    home: dict[int, tuple[PhaseData, TrialSlot]] = {}
+    for phase in phases:
+        length = phase.plan.trial_steps if phase.plan is not None else None
+        for slot in phase.completed:
+            run = slot.final
+            home[id(run)] = (phase, slot)
+            groups.setdefault((length, point_key(phase.plan, run)), []).append(run)
+    points = [RankedPoint(sorted(runs, key=seed_of)) for runs in groups.values()]
+    return ranked(points, phases[0].direction)[0], home
 
 
 def _full_length(phase: PhaseData) -> bool:

@@ -12,7 +12,8 @@ NaN or infinite become ``null``. Schema::
           "rule": str, "why_not": str|null, "next_step": str|null,
           "split": "validation" | "proxy", "unfinished": int,   # its phase's trials still to finish
           ...every "best_trial" key below (its best seed run: "checkpoint", "reproduce", ...),
-          "seeds": {"mean", "min", "max", "seeds": int, "trials": [int]}},   # its point's spread
+          "seeds": {"mean", "min", "max", "seeds": int, "trials": [int],     # its point's spread;
+                    "runs": [{"phase", "trial"}]}},  # runs: every seed run, pooled across rounds
       "phases": [                            # latest first
         {
           "phase": str, "kind": "sweep-lr" | "round" | "other",

@@ -164,6 +164,20 @@ def read_study_text(path: Path) -> str:
         ) from None
 
 
+def _adds_a_round(target: Path_) -> bool:
+    """``rounds.round3.top_k``: a field of a round the file does not have (``--set`` may add the
+    next round; a gap in the numbering is refused where the rounds are validated)."""
+    from tuner.spec._models import ROUND_KEY, RoundSpec
+
+    return (
+        len(target) == 3
+        and target[0] == "rounds"
+        and isinstance(target[1], str)
+        and ROUND_KEY.match(target[1]) is not None
+        and target[2] in RoundSpec.model_fields
+    )
+
+
 def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
     """Load and validate a study file (schema and training-side checks).
 
@@ -188,7 +202,7 @@ def load_study(path: str | Path, overrides: Iterable[str] = ()) -> LoadedStudy:
     defaults = _validate(document, source, positions, {}).model_dump()
     for text in overrides:
         target, value = _parse_override(text)
-        if target[0] != "workload" and not has_path(defaults, target):
+        if target[0] != "workload" and not has_path(defaults, target) and not _adds_a_round(target):
             hint = did_you_mean(text.partition("=")[0].strip(), defaults)
             raise UsageError(f"--set {text}: {format_path(target)} is not a field of this study{hint}")
         document = set_path(document, target, value, defaults=defaults)

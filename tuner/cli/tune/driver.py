@@ -211,6 +211,7 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
             keep_reserve=keep,
             search=searches,
             budget=context.budget_steps,
+            extra_round=switches.extra_round,
         )
         context.record(stage, decision)
     run_stage(context, stage)
@@ -223,13 +224,16 @@ def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None
     numbers = [n for n in spec.rounds.numbers if n >= 2]
     if numbers and context.state.stage(spec.name, round_phase(numbers[0])) is None:
         sets = base_sets(context)  # a next study carries its changes in its own file
+        switches = context.request.switches
         decided = later_decisions(
             loaded,
             length,
             context.left(),
             sets,
-            fill_seeds=context.request.switches.extra_seeds,
+            # the extra round takes what is left once the last round's report is known
+            fill_seeds=switches.extra_seeds and not switches.extra_round,
             round1_trials=_completed(context, loaded, round_phase(1)),
+            spread_within=context.budget_steps if switches.extra_round else None,
         )
         for stage, decision in decided:
             context.record(stage, decision)
@@ -251,17 +255,24 @@ def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
 
 def drive(context: TuneContext) -> LoadedStudy:
     """Run every phase to the delivered model; returns the study that delivers it."""
-    from tuner.cli.tune.suggestions import log_transfer, next_study
+    from tuner.cli.tune.extra import extra_round, log_transfer
+    from tuner.cli.tune.suggestions import next_study
 
     if not context.state.decisions:
+        split = (
+            "sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds them), 20% "
+            "kept for a round decided on the last round's report (longer runs when they were still "
+            "improving, else more seeds), round 1 the rest (half while a next search may follow)"
+            if context.request.switches.extra_round
+            else "sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds them), "
+            "round 1 the rest (half while a next search may follow), round 2's seeds then fill what is left"
+        )
         context.decide(
             Decision(
                 "budget",
                 context.home.spec.name,
                 f"budget {context.budget_steps:,} training steps ({context.request.budget.text}); "
-                "split: sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds "
-                "them), round 1 the rest "
-                "(half while a next search may follow), round 2's seeds then fill what is left",
+                f"split: {split}",
                 {"steps": context.budget_steps, "text": context.request.budget.text},
             )
         )
@@ -279,7 +290,9 @@ def drive(context: TuneContext) -> LoadedStudy:
                 break
             loaded = following
         later_rounds(context, loaded, length)
+        log_transfer(context, loaded)
+        if context.request.switches.extra_round:
+            extra_round(context, loaded)
     except TimeSpent:
         return loaded
-    log_transfer(context, loaded)
     return loaded

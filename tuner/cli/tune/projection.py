@@ -1,7 +1,9 @@
 """The plan of ``tuner tune`` with its step totals, taken ahead without running or writing
 anything: what ran (the stages stored, their trained steps read from the storage) plus what the
 same decisions as the driver's would plan next, assuming round 1's report suggests no change
-(then round 2's seeds take the reserve). ``--dry-run`` prints it; ``tuner estimate`` too."""
+(then the extra round, or with ``--no-extra-round`` round 2's seeds, take the reserve), and the
+extra round as an upper bound (its kind is decided on the last round's report). ``--dry-run``
+prints it; ``tuner estimate`` too."""
 
 from __future__ import annotations
 
@@ -65,25 +67,50 @@ def project(context: TuneContext) -> TunePlan:
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         keep = switches.may_apply and searches < switches.max_searches
         stage, decision = round1_decision(
-            loaded, length, left, sets, keep_reserve=keep, search=searches, budget=context.budget_steps
+            loaded,
+            length,
+            left,
+            sets,
+            keep_reserve=keep,
+            search=searches,
+            budget=context.budget_steps,
+            extra_round=switches.extra_round,
         )
         plan.phases.append(_planned(stage))
         left -= stage.planned_steps
         round1_trials = stage.trials
         if decision.numbers.get("reserve"):
+            taker = "the round after the last round takes" if switches.extra_round else "round 2's seeds take"
             plan.notes.append(
                 f"round 1 keeps {decision.numbers['reserve']:,} steps for a search on its report's "
-                "suggestions; if it suggests none, round 2's seeds take them (as planned here)"
+                f"suggestions; if it suggests none, {taker} them (as planned here)"
             )
     later = [n for n in loaded.spec.rounds.numbers if n >= 2]
     if later and context.state.stage(name, round_phase(later[0])) is None:
         first = context.state.stage(name, round_phase(1))
         trials = first.trials if first is not None else round1_trials
         decided = later_decisions(
-            loaded, length, left, sets, fill_seeds=switches.extra_seeds, round1_trials=trials
+            loaded,
+            length,
+            left,
+            sets,
+            fill_seeds=switches.extra_seeds and not switches.extra_round,
+            round1_trials=trials,
+            spread_within=context.budget_steps if switches.extra_round else None,
         )
         for stage, _ in decided:
             plan.phases.append(_planned(stage))
+            left -= stage.planned_steps
+    extra = f"{name}/{round_phase(loaded.spec.rounds.numbers[-1] + 1)}"
+    settled = any(s.key == extra for s in context.state.stages) or any(
+        d.kind == "extra_round_none" for d in context.state.decisions
+    )
+    if switches.extra_round and not settled and left > 0:
+        plan.phases.append(PlannedPhase(extra, None, None, 0, left, upper_bound=True))
+        plan.notes.append(
+            f"{extra}: decided on the last round's report, with the steps left: longer runs of its "
+            "chosen point if they were still improving, else its points on more seeds"
+        )
     return plan
 
 

@@ -106,12 +106,17 @@ def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) ->
     return None
 
 
-def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list[Suggestion], StudyReport]:
+def study_report(context: TuneContext, loaded: LoadedStudy) -> StudyReport:
+    """The study's report as ``tuner report`` builds it (read only)."""
     from tuner.orchestrate.stored import open_reader
     from tuner.report import build_report, read_study
 
     with open_reader(context.url_of(loaded)) as reader:
-        report = build_report(read_study(reader, loaded.spec.name))
+        return build_report(read_study(reader, loaded.spec.name))
+
+
+def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list[Suggestion], StudyReport]:
+    report = study_report(context, loaded)
     return list(report.suggestions), report
 
 
@@ -127,7 +132,7 @@ def _destination(context: TuneContext, loaded: LoadedStudy) -> Path:
 def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
     """A round 1 of at least ``MIN_SEARCH_TRIALS`` trials and the later rounds fit what is left."""
     from tuner.cli.tune.studies import production
-    from tuner.playbook.tune_plan import later_rounds_of, round1_length
+    from tuner.playbook.tune_plan import extra_round_share, later_rounds_of, round1_length
 
     length = production(context, following)
     if length is None:
@@ -140,28 +145,5 @@ def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
         keep_reserve=False,
         min_trials=MIN_SEARCH_TRIALS,
         budget=context.budget_steps,
+        extra_round=extra_round_share(context.budget_steps) if context.request.switches.extra_round else 0,
     )
-
-
-def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
-    """After the last round: its transfer verdict from the report, in the decision log. Its
-    seeds were raised before it ran (the budget rule), so a weak transfer is said with the steps
-    left, not acted on by a further round."""
-    later = [n for n in loaded.spec.rounds.numbers if n >= 2]
-    if not later:
-        return
-    stage_key = f"{loaded.spec.name}/{round_phase(later[-1])}"
-    if any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
-        return
-    _, report = _suggestions(context, loaded)
-    phase = next((p for p in report.phases if p.data.phase == round_phase(later[-1])), None)
-    if phase is None or phase.transfer is None:
-        return
-    verdict = next((f for f in phase.transfer.findings if f.kind == "rank_correlation"), None)
-    if verdict is None:
-        return
-    quality = getattr(verdict, "quality", "")
-    text = f"{round_phase(later[-1])}'s transfer: {quality}: {verdict.text}"
-    if quality in ("weak", "reversed"):
-        text += f"; {max(context.left(), 0):,} steps left: no further round (more seeds need a larger budget)"
-    context.decide(Decision("transfer", stage_key, text, {"quality": quality}))

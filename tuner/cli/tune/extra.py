@@ -1,0 +1,164 @@
+"""After the study file's last round: its transfer in the decision log, then the extra round
+decided on its report (``tuner.playbook.extra_round``: longer runs of the chosen point when the
+report says they were still improving, else more seeds), which takes every step left.
+
+Decided once and stored as a stage whose ``--set`` values add ``rounds.roundN+1`` to the study
+(the user's file is never rewritten); a re-run reads it back and continues it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tuner.playbook.decision_log import Decision, Stage
+from tuner.playbook.phase_names import round_phase
+
+if TYPE_CHECKING:
+    from tuner.cli.tune.context import TuneContext
+    from tuner.report.build import PhaseReport
+    from tuner.spec import LoadedStudy
+
+NONE_KIND = "extra_round_none"
+
+
+def _phase_report(context: TuneContext, loaded: LoadedStudy, phase: str) -> PhaseReport | None:
+    from tuner.cli.tune.suggestions import study_report
+
+    report = study_report(context, loaded)
+    return next((p for p in report.phases if p.data.phase == phase), None)
+
+
+def transfer_text(report: PhaseReport | None) -> tuple[str, str] | None:
+    """The round's transfer verdict (its quality and its text), if the report has one."""
+    if report is None or report.transfer is None:
+        return None
+    verdict = next((f for f in report.transfer.findings if f.kind == "rank_correlation"), None)
+    if verdict is None:
+        return None
+    return str(getattr(verdict, "quality", "")), verdict.text
+
+
+def _completed_points(report: PhaseReport | None) -> int:
+    from tuner.playbook.ranked_points import points_of
+
+    if report is None:
+        return 0
+    return len(points_of([s.final for s in report.data.completed], report.data.plan))
+
+
+def still_improving(report: PhaseReport | None) -> str | None:
+    """The best-step verdict's text when it says the round's full-length runs were still
+    improving (the playbook's "train longer"), else None."""
+    if report is None or report.best_step is None:
+        return None
+    for finding in report.best_step.findings:
+        if finding.kind == "best_step_late" and not getattr(finding, "short_round", True):
+            return finding.text
+    return None
+
+
+def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
+    """The file's last round's transfer verdict, in the decision log (once)."""
+    number = loaded.spec.rounds.numbers[-1]
+    stage_key = f"{loaded.spec.name}/{round_phase(number)}"
+    if number < 2 or any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
+        return
+    found = transfer_text(_phase_report(context, loaded, round_phase(number)))
+    if found is None:
+        return
+    quality, text = found
+    text = f"{round_phase(number)}'s transfer: {quality}: {text}"
+    if quality in ("weak", "reversed") and not context.request.switches.extra_round:
+        text += f"; {max(context.left(), 0):,} steps left: no further round (--no-extra-round)"
+    context.decide(Decision("transfer", stage_key, text, {"quality": quality}))
+
+
+def extra_round(context: TuneContext, loaded: LoadedStudy) -> None:
+    """Decide the extra round on the last round's report (once), then run it."""
+    from tuner.cli.tune.driver import run_stage
+
+    spec = loaded.spec
+    last = spec.rounds.numbers[-1]
+    number = last + 1
+    stage = context.state.stage(spec.name, round_phase(number))
+    if stage is None:
+        key = f"{spec.name}/{round_phase(last)}"
+        if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions):
+            return
+        stage = _decide(context, loaded, last)
+        if stage is None:
+            return
+    run_stage(context, stage)
+
+
+def _decide(context: TuneContext, loaded: LoadedStudy, last: int) -> Stage | None:
+    from tuner.playbook.budget import LaterRound
+    from tuner.playbook.extra_round import ExtraKind, shape_extra_round
+    from tuner.spec import load_study
+
+    spec = loaded.spec
+    key = f"{spec.name}/{round_phase(last)}"
+    before = context.state.stage(spec.name, round_phase(last))
+    if before is None or before.steps_per_trial is None:
+        return None
+    ran = load_study(Path(before.study_file), before.sets).spec.rounds.get(last)
+    assert ran is not None
+    report = _phase_report(context, loaded, round_phase(last))
+    # the points round N+1 can take: round N's completed ones (a failed point has none), each LR
+    # multiplier of a point a point of its own, as later_rounds.top_points counts them
+    points = _completed_points(report)
+    as_ran = LaterRound(last, points, ran.seeds, 1, before.steps_per_trial)
+    late = still_improving(report)
+    left = max(context.left(), 0)
+    switches = context.request.switches
+    shape = shape_extra_round(
+        left,
+        as_ran,
+        spec.training.eval_every,
+        still_improving=late is not None,
+        seeds_allowed=switches.extra_seeds,
+    )
+    if shape is None:
+        why = "--no-extra-seeds" if not switches.extra_seeds else f"not one run of {as_ran.steps} steps fits"
+        if not points:
+            why = f"round {last} has no completed point"
+        context.decide(
+            Decision(
+                NONE_KIND,
+                key,
+                f"no round after round {last}: {left:,} steps left ({why})",
+                {"left": left},
+            )
+        )
+        return None
+    stage = Stage(
+        spec.name,
+        round_phase(shape.number),
+        str(loaded.path.resolve()),
+        [*before.sets, *shape.sets()],
+        None,
+        shape.cost,
+    )
+    stage.steps_per_trial = shape.steps
+    if shape.kind is ExtraKind.LONGER:
+        text = (
+            f"round {shape.number}: round {last}'s report says {late}: its chosen point trains longer, "
+            f"{as_ran.steps} -> {shape.steps} steps ({shape.steps / as_ran.steps:.3g}x: the longest, up to "
+            f"4x, that the {left:,} steps left hold on {shape.seeds} new seeds), the schedule extended; the "
+            "delivered model is the better of the two lengths by mean over seeds"
+        )
+    else:
+        why = "its runs were not still improving" if late is None else "no longer run fits the steps left"
+        found = transfer_text(report)
+        if found is not None and found[0] != "good":
+            why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
+        text = (
+            f"round {shape.number}: round {last}'s {shape.top_k} points again on {shape.seeds} new seed"
+            f"{'s' if shape.seeds != 1 else ''} each at {shape.steps} steps ({why}); the delivered model "
+            f"pools each point's runs over rounds {last} and {shape.number}"
+        )
+    numbers = {**shape.to_json(), "left": left, "still_improving": late is not None}
+    return context.record(
+        stage, Decision(f"round{shape.number}_{shape.kind.value}", stage.key, text, numbers)
+    )
