@@ -37,7 +37,9 @@ their round 1 then has 30-60 trials of 30 steps, each a process of its own (~3 C
 here), so that the full run (4 workloads x 4 contenders x 5 seeds) fits about 75 minutes on 2
 cores. ``--quick``: the same code on tiny studies, one seed, 1 worker (a smoke test).
 
-``python -m benchmarks.outcome [--quick] [--workloads a,b] [--seeds N] [--output-dir DIR]``
+``python -m benchmarks.outcome [--quick] [--workloads a,b] [--seeds N] [--output-dir DIR]``;
+``--from-results A.json B.json`` prints the tables of earlier runs merged (a tuner-only run after
+a change beside the baselines' run), running nothing.
 """
 
 from __future__ import annotations
@@ -228,6 +230,19 @@ def write_json(path: Path, records: list[RunRecord]) -> None:
     atomic_write_json(path, {"runs": [asdict(r) for r in records]}, durable=False)
 
 
+def merged_results(paths: list[Path]) -> list[RunRecord]:
+    """The runs of several ``results.json`` files; a later file's run of the same workload,
+    contender and seed replaces an earlier one's."""
+    import json
+
+    runs: dict[tuple[str, str, int], RunRecord] = {}
+    for path in paths:
+        for run in json.loads(path.read_text())["runs"]:
+            record = RunRecord(**run)
+            runs[(record.workload, record.contender, record.seed)] = record
+    return list(runs.values())
+
+
 def run_all(
     workloads: list[str],
     seeds: int,
@@ -304,12 +319,29 @@ def main() -> None:
         "has no baseline to compare with: merge results.json files for that)",
     )
     parser.add_argument(
+        "--from-results",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="run nothing: print the tables of these results.json files merged (e.g. a tuner-only run "
+        "after a change with the baselines' run; a later file's run of the same workload, contender "
+        "and seed replaces an earlier one's)",
+    )
+    parser.add_argument(
         "--tune-args",
         default="",
         help='extra words for tuner\'s `tune` command (an ablation, e.g. "--no-apply-suggestions"); '
         "recorded in results.json",
     )
     args = parser.parse_args()
+    if args.from_results:
+        merged = merged_results(args.from_results)
+        workloads = [w for w in BUDGETS if any(r.workload == w for r in merged)]
+        for workload in workloads:
+            print("\n" + table(workload, [r for r in merged if r.workload == workload]))
+        report(NAME, results(merged, workloads))
+        return
     contenders = tuple(args.contenders.split(","))
     if not set(contenders) <= set(CONTENDERS):
         parser.error(

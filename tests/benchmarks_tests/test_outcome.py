@@ -97,3 +97,32 @@ def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path: Path) ->
     assert "unknown contender(s) ['grid']; known: tuner, tpe-last" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def _run(contender: str, seed: int, metric: float) -> dict[str, object]:
+    return {
+        "workload": "noisy_digits", "contender": contender, "seed": seed, "budget": 16000,
+        "test_metric": metric, "steps": 16000, "trials": 16, "cpu_s": 10.0, "wall_s": 5.0,
+        "checkpoint": "x.pt", "notes": "",
+    }  # fmt: skip
+
+
+def test_from_results_prints_the_merged_tables_and_runs_nothing(tmp_path: Path) -> None:
+    """A tuner-only run after a change, beside the baselines' run: the later file's tuner runs
+    replace the earlier ones of the same seed, and tuner is compared with the best baseline."""
+    baselines = [_run(c, s, 0.10 + 0.01 * s) for c in ("tpe-last", "tpe-best", "random") for s in (1, 2)]
+    earlier = tmp_path / "a.json"
+    earlier.write_text(json.dumps({"runs": [*baselines, _run("tuner", 1, 0.5), _run("tuner", 2, 0.5)]}))
+    later = tmp_path / "b.json"
+    later.write_text(json.dumps({"runs": [_run("tuner", 1, 0.09), _run("tuner", 2, 0.10)]}))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.outcome", "--from-results", str(earlier), str(later)],
+        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "| tuner | 0.0950 [" in done.stdout  # (0.09 + 0.10) / 2: the later file's runs
+    assert "| tpe-last | 0.1150 [" in done.stdout
+    # tuner minus tpe-last (the first of the equal best baselines), paired by seed: -0.02 each
+    assert "tuner minus best baseline (tpe-last), paired by seed: -0.0200" in done.stdout
+    assert "Traceback" not in done.stderr
