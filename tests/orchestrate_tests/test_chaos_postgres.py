@@ -147,17 +147,23 @@ def _phase_under_fire(
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("through", ["postgresql", "grpc"])
+@pytest.mark.parametrize("through", ["postgresql", "grpc", "journal"])
 def test_two_machines_one_killed_its_trial_starts_over_on_the_other(
     tmp_path: Path, postgres_url: str, unique_name: str, through: str
 ) -> None:
     """``run-round`` here, ``tuner worker`` on "another machine" (its own output folder), both
-    on the database or both through one proxy."""
+    on the database, both through one proxy, or both on one journal file (a shared file system,
+    as NFS would give two machines)."""
+    if through == "journal":
+        journal = f"journal:///{tmp_path / 'study.log'}"
+        _one_machine_lost(tmp_path, journal, unique_name, journal)
+        return
     with _storage_for_workers(postgres_url, through) as url:
         _one_machine_lost(tmp_path, postgres_url, unique_name, url)
 
 
 def _one_machine_lost(tmp_path: Path, postgres_url: str, unique_name: str, url: str) -> None:
+    """``postgres_url``: where the test reads the phase (the database, or the journal itself)."""
     import json
 
     from tests._processes import wait_for as _wait_for
