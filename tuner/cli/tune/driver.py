@@ -291,8 +291,9 @@ def drive(context: TuneContext) -> LoadedStudy:
             loaded = following
         later_rounds(context, loaded, length)
         log_transfer(context, loaded)
-        if context.request.switches.extra_round:
-            extra_round(context, loaded)
+        extra = extra_round(context, loaded) if context.request.switches.extra_round else None
+        if extra is not None:
+            run_stage(context, extra)
     except TimeSpent:
         return loaded
     return loaded

@@ -74,22 +74,18 @@ def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
     context.decide(Decision("transfer", stage_key, text, {"quality": quality}))
 
 
-def extra_round(context: TuneContext, loaded: LoadedStudy) -> None:
-    """Decide the extra round on the last round's report (once), then run it."""
-    from tuner.cli.tune.driver import run_stage
-
+def extra_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
+    """The extra round's stage, decided on the last round's report once (a re-run reads it back);
+    None when none runs. The driver runs it."""
     spec = loaded.spec
     last = spec.rounds.numbers[-1]
-    number = last + 1
-    stage = context.state.stage(spec.name, round_phase(number))
-    if stage is None:
-        key = f"{spec.name}/{round_phase(last)}"
-        if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions):
-            return
-        stage = _decide(context, loaded, last)
-        if stage is None:
-            return
-    run_stage(context, stage)
+    stage = context.state.stage(spec.name, round_phase(last + 1))
+    if stage is not None:
+        return stage
+    key = f"{spec.name}/{round_phase(last)}"
+    if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions):
+        return None
+    return _decide(context, loaded, last)
 
 
 def _decide(context: TuneContext, loaded: LoadedStudy, last: int) -> Stage | None:
