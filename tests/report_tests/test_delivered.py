@@ -35,9 +35,12 @@ def _round1(built: Built) -> None:
         add_trial(phase, slot, value, {"optimizer.lr": lr}, best_step=30)
 
 
-def _round2(built: Built, values: list[float | None], name: str = "round-2") -> None:
+def _round2(
+    built: Built, values: list[float | None], name: str = "round-2", examples: int | None = None
+) -> None:
     """Round 2's (or ``name``'s) slots (in plan order: each point's seeds together) with ``values``
-    (None: failed); each completed run has a run folder with its best checkpoint at its last step."""
+    (None: failed); each completed run has a run folder with its best checkpoint at its last step
+    (and ``examples`` validation examples, when given: the noise of an error rate)."""
     phase = built.start(name)
     plan = load_plan(phase.user_attrs)
     assert plan is not None
@@ -46,7 +49,8 @@ def _round2(built: Built, values: list[float | None], name: str = "round-2") -> 
         value = values[slot]
         folder = built.output_dir / built.name / name / f"trial-{slot}"
         if value is not None:
-            run_folder(folder, best_step=last, metrics={"val/error_rate": value})
+            status = {"eval_examples": {"val": examples}} if examples else None
+            run_folder(folder, best_step=last, metrics={"val/error_rate": value}, status=status)
         add_trial(
             phase,
             slot,
@@ -179,23 +183,61 @@ def test_a_round_on_new_seeds_at_the_same_length_pools_each_points_runs_with_rou
 
 
 @pytest.mark.parametrize(
-    ("longer", "phase", "trial", "seeds"),
-    [([0.08, 0.10], "round-3", 0, 2), ([0.11, 0.13], "round-2", 0, 1)],
-    ids=["longer-is-better-delivers", "longer-is-worse-keeps-round-2"],
+    ("longer", "phase", "trial", "seeds", "told"),
+    [
+        ([0.02, 0.03], "round-3", 0, 2, "better beyond the noise"),
+        ([0.095, 0.10], "round-3", 0, 2, "within the noise"),
+        ([0.25, 0.27], "round-2", 0, 1, "worse beyond the noise"),
+    ],
+    ids=[
+        "longer-is-better-delivers",
+        "longer-within-noise-delivers-by-its-mean",
+        "longer-is-worse-keeps-round-2",
+    ],
 )
 def test_a_longer_round_is_a_point_of_its_own_compared_by_its_mean(
-    tmp_path: Path, longer: list[float], phase: str, trial: int, seeds: int
+    tmp_path: Path, longer: list[float], phase: str, trial: int, seeds: int, told: str
 ) -> None:
     # round 2 at max_train_steps (40): A 0.10, B 0.12; round 3 trains A at 80 steps on 2 seeds:
-    # mean 0.09 beats A's 0.10 at 40 steps; mean 0.12 does not (the longer run is not assumed better)
+    # a mean under A's 0.10 at 40 steps delivers round 3, one over it does not (the longer run is
+    # not assumed better); 1,000 validation examples: a Wilson band of about +-0.02 at 0.10
     built = study(tmp_path / "s", round2={"top_k": 2}, round3={"top_k": 1, "seeds": 2, "steps": 80})
     _round1(built)
-    _round2(built, [0.10, 0.12])
-    _round2(built, longer, name="round-3")
+    _round2(built, [0.10, 0.12], examples=1000)
+    _round2(built, longer, name="round-3", examples=1000)
     delivered = _delivered_json(built)
     assert delivered["delivered"] is True
     assert (delivered["phase"], delivered["trial"], delivered["seeds"]["seeds"]) == (phase, trial, seeds)
     assert {r["phase"] for r in delivered["seeds"]["runs"]} == {phase}
+    # round 3's section says what the longer runs did, against round 2's run of the same point
+    report = json.loads(invoke("report", "toy", "--output-dir", str(built.output_dir), "--json").stdout)
+    third = next(p for p in report["phases"] if p["phase"] == "round-3")
+    [longer_runs] = [v for v in third["transfer"]["verdicts"] if v["kind"] == "longer_runs"]
+    assert (longer_runs["source_steps"], longer_runs["steps"], longer_runs["points"]) == (40, 80, 1)
+    mean = f"{sum(longer) / 2:.4g}"
+    assert longer_runs["text"].endswith(
+        f"longer, 40 -> 80 steps: mean {mean} over 2 seeds against 0.1 over 1 at 40 steps: {told}"
+    )
+    assert longer_runs["level"] == {"better": "ok", "within": "info", "worse": "warning"}[told.split()[0]]
+
+
+def test_several_points_trained_longer_are_counted_better_worse_and_within_the_noise(tmp_path: Path) -> None:
+    built = study(tmp_path / "s", round2={"top_k": 2}, round3={"top_k": 2, "steps": 80})
+    _round1(built)
+    _round2(built, [0.10, 0.12], examples=1000)
+    _round2(built, [0.02, 0.30], name="round-3", examples=1000)  # A much better, B much worse
+    report = json.loads(invoke("report", "toy", "--output-dir", str(built.output_dir), "--json").stdout)
+    third = next(p for p in report["phases"] if p["phase"] == "round-3")
+    [longer_runs] = [v for v in third["transfer"]["verdicts"] if v["kind"] == "longer_runs"]
+    assert longer_runs["text"] == (
+        "round-3 trained 2 of round-2's points longer, 40 -> 80 steps: 1 better beyond the noise, 1 worse, "
+        "0 within it"
+    )
+    assert (longer_runs["better"], longer_runs["worse"], longer_runs["within_noise"]) == (1, 1, 0)
+    assert longer_runs["level"] == "info"
+    # round 2 trained round 1's points longer too, but round 1 is short by design: the transfer's
+    second = next(p for p in report["phases"] if p["phase"] == "round-2")
+    assert "longer_runs" not in {v["kind"] for v in second["transfer"]["verdicts"]}
 
 
 def test_without_round_2_round_1s_best_is_a_candidate_not_the_delivered_model(tmp_path: Path) -> None:

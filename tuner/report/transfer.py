@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 
 from tuner.report.best_step import LATE
 from tuner.report.findings import Finding, Level, fmt, of, ordinal
+from tuner.report.longer_runs import longer_runs_finding
 from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
 from tuner.report.noise import Band, Noise, measure_noise
@@ -218,6 +219,9 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
     multipliers = multiplier_finding(phase, [p.source_trial for p in points], noise)
     if multipliers is not None:
         result.findings.append(multipliers)
+    longer = longer_runs_finding(phase, source, noise)
+    if longer is not None:
+        result.findings.append(longer)
     if source is not None:
         other_steps = scored_at_other_steps(phase, source)
         if other_steps is not None:
