@@ -139,7 +139,7 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
     full = [p for p in rounds if (round_number(p.phase) or 0) >= 2 and _full_length(p)]
     candidates = full or rounds[:1]
     chosen, home = _chosen_point(candidates)
-    best = chosen.best_run(home[id(chosen.runs[0])][0].direction)
+    best = chosen.best_run(candidates[0].direction)
     phase, slot = home[id(best)]
     number = round_number(phase.phase) or 1
     run = best_trial(phase, slot)
