@@ -106,7 +106,10 @@ def tune(
         False, "--no-apply-length", help="Apply no change to max_train_steps, eval_every or rounds' steps."
     ),
     no_extra_seeds: bool = typer.Option(
-        False, "--no-extra-seeds", help="Round 2 keeps the file's seeds (the rest of the budget unspent)."
+        False,
+        "--no-extra-seeds",
+        help="No runs on more seeds: the extra round only if it trains longer (with --no-extra-round, "
+        "round 2 keeps the file's seeds).",
     ),
     no_extra_round: bool = typer.Option(
         False,
