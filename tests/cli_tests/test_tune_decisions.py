@@ -143,6 +143,37 @@ def test_the_round_after_round_2_is_decided_on_its_report(
     assert payload["plan"]["steps_ran"] <= 1000
 
 
+def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_path: Path) -> None:
+    """Ctrl-C after round 3 was decided (its stage stored, not run): the same command runs it with
+    the stored ``--set`` values (2 seeds of 160 steps, though round 2's report would now decide
+    seeds), and decides nothing again."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, max_train_steps=80)
+    phase = built.start("round-1")
+    for slot in range(8):
+        add_trial(phase, slot, 0.1 + 0.01 * slot, {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+    second = built.start("round-2")
+    for slot, planned in enumerate(load_plan(second.user_attrs).slots):  # type: ignore[union-attr]
+        add_trial(second, slot, 0.05 + 0.01 * slot, planned.values, best_step=40, **planned.attrs)
+    sets = ["rounds.round3.top_k=1", "rounds.round3.seeds=2", "rounds.round3.steps=160"]
+    stages = [
+        Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
+        Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
+        Stage("toy", "round-3", str(built.path), sets, None, 320, steps_per_trial=160),
+    ]
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert not any(d["kind"].startswith("round3_") for d in payload["decisions"])  # not decided again
+    statuses = sorted((built.output_dir / "toy" / "round-3").glob("trial-*/status.json"))
+    assert [json.loads(status.read_text())["step"] for status in statuses] == [160, 160]
+    assert [s["phase"] for s in payload["stages"]] == ["round-1", "round-2", "round-3"]
+
+
 def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_length_stays(
     tmp_path: Path,
 ) -> None:
