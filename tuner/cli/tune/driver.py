@@ -255,7 +255,7 @@ def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
 
 def drive(context: TuneContext) -> LoadedStudy:
     """Run every phase to the delivered model; returns the study that delivers it."""
-    from tuner.cli.tune.extra import extra_round, log_transfer
+    from tuner.cli.tune.extra import after_last_round
     from tuner.cli.tune.suggestions import next_study
 
     if not context.state.decisions:
@@ -290,8 +290,7 @@ def drive(context: TuneContext) -> LoadedStudy:
                 break
             loaded = following
         later_rounds(context, loaded, length)
-        log_transfer(context, loaded)
-        extra = extra_round(context, loaded) if context.request.switches.extra_round else None
+        extra = after_last_round(context, loaded)
         if extra is not None:
             run_stage(context, extra)
     except TimeSpent:

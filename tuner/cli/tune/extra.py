@@ -8,6 +8,8 @@ Decided once and stored as a stage whose ``--set`` values add ``rounds.roundN+1`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,13 +60,25 @@ def still_improving(report: PhaseReport | None) -> str | None:
     return None
 
 
-def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
+def after_last_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
+    """The file's last round's transfer in the log, then the extra round's stage (None: none
+    runs; the driver runs it). The last round's report is built once, and only if one of them
+    is still to decide (a re-run reads both back)."""
+    last = loaded.spec.rounds.numbers[-1]
+    report = cache(lambda: _phase_report(context, loaded, round_phase(last)))
+    _log_transfer(context, loaded, report)
+    return _extra_round(context, loaded, report) if context.request.switches.extra_round else None
+
+
+def _log_transfer(
+    context: TuneContext, loaded: LoadedStudy, report: Callable[[], PhaseReport | None]
+) -> None:
     """The file's last round's transfer verdict, in the decision log (once)."""
     number = loaded.spec.rounds.numbers[-1]
     stage_key = f"{loaded.spec.name}/{round_phase(number)}"
     if number < 2 or any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
         return
-    found = transfer_text(_phase_report(context, loaded, round_phase(number)))
+    found = transfer_text(report())
     if found is None:
         return
     quality, text = found
@@ -74,9 +88,11 @@ def log_transfer(context: TuneContext, loaded: LoadedStudy) -> None:
     context.decide(Decision("transfer", stage_key, text, {"quality": quality}))
 
 
-def extra_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
+def _extra_round(
+    context: TuneContext, loaded: LoadedStudy, report: Callable[[], PhaseReport | None]
+) -> Stage | None:
     """The extra round's stage, decided on the last round's report once (a re-run reads it back);
-    None when none runs. The driver runs it."""
+    None when none runs."""
     spec = loaded.spec
     last = spec.rounds.numbers[-1]
     stage = context.state.stage(spec.name, round_phase(last + 1))
@@ -85,10 +101,10 @@ def extra_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
     key = f"{spec.name}/{round_phase(last)}"
     if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions):
         return None
-    return _decide(context, loaded, last)
+    return _decide(context, loaded, last, report())
 
 
-def _decide(context: TuneContext, loaded: LoadedStudy, last: int) -> Stage | None:
+def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseReport | None) -> Stage | None:
     from tuner.playbook.budget import LaterRound
     from tuner.playbook.extra_round import ExtraKind, shape_extra_round
     from tuner.spec import load_study
@@ -100,7 +116,6 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int) -> Stage | Non
         return None
     ran = load_study(Path(before.study_file), before.sets).spec.rounds.get(last)
     assert ran is not None
-    report = _phase_report(context, loaded, round_phase(last))
     # the points round N+1 can take: round N's completed ones (a failed point has none), each LR
     # multiplier of a point a point of its own, as later_rounds.top_points counts them
     points = _completed_points(report)
