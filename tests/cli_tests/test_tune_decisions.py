@@ -80,21 +80,10 @@ def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tm
     assert payload["plan"]["steps_ran"] <= 1000
 
 
-@pytest.mark.parametrize(
-    ("best_step", "kind", "failed"),
-    [(80, "round3_longer", False), (40, "round3_seeds", False), (40, "round3_seeds", True)],
-    ids=["still-improving", "fine", "fine-one-point-failed"],
-)
-def test_the_round_after_round_2_is_decided_on_its_report(
-    tmp_path: Path, best_step: int, kind: str, failed: bool
-) -> None:
-    """Rounds 1 and 2 (built, not trained: round 2's 3 points at max_train_steps 80, one seed,
-    every best step at ``best_step``) done in an earlier run of ``--budget 1000``: 680 steps are
-    left. Best steps at the end (the report: "still improving") -> round 3 trains round 2's
-    chosen point 4x longer (320 steps, the most 680 steps hold on 2 seeds is 340) on 2 new seeds;
-    best steps mid-run ("looks right") -> round 2's 3 points on 2 new seeds each at 80 steps,
-    the delivered model pooling each point's 3 runs; with round 2's third point failed, its 2
-    completed points only (760 steps, the failed trial having trained none: 4 new seeds each)."""
+def _rounds_1_and_2_done(tmp_path: Path, best_step: int, *, failed: bool = False) -> tuple[Any, list[Any]]:
+    """Rounds 1 and 2 built, not trained (round 1: 8 trials of 10 steps; round 2: its 3 points at
+    max_train_steps 80, one seed, every best step at ``best_step``; ``failed``: the third point
+    failed), and their stages as a tune of ``--budget 1000`` left them done."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
@@ -113,6 +102,25 @@ def test_the_round_after_round_2_is_decided_on_its_report(
         Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
         Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
     ]
+    return built, stages
+
+
+@pytest.mark.parametrize(
+    ("best_step", "kind", "failed"),
+    [(80, "round3_longer", False), (40, "round3_seeds", False), (40, "round3_seeds", True)],
+    ids=["still-improving", "fine", "fine-one-point-failed"],
+)
+def test_the_round_after_round_2_is_decided_on_its_report(
+    tmp_path: Path, best_step: int, kind: str, failed: bool
+) -> None:
+    """Rounds 1 and 2 (built, not trained: round 2's 3 points at max_train_steps 80, one seed,
+    every best step at ``best_step``) done in an earlier run of ``--budget 1000``: 680 steps are
+    left. Best steps at the end (the report: "still improving") -> round 3 trains round 2's
+    chosen point 4x longer (320 steps, the most 680 steps hold on 2 seeds is 340) on 2 new seeds;
+    best steps mid-run ("looks right") -> round 2's 3 points on 2 new seeds each at 80 steps,
+    the delivered model pooling each point's 3 runs; with round 2's third point failed, its 2
+    completed points only (760 steps, the failed trial having trained none: 4 new seeds each)."""
+    built, stages = _rounds_1_and_2_done(tmp_path, best_step, failed=failed)
     store_tune_state(built, stages, "1000", 1000)
     done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))  # round 2 ran: no next search
     assert done.returncode == 0, done.stderr
@@ -147,23 +155,11 @@ def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_pa
     """Ctrl-C after round 3 was decided (its stage stored, not run): the same command runs it with
     the stored ``--set`` values (2 seeds of 160 steps, though round 2's report would now decide
     seeds), and decides nothing again."""
-    from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
-    from tuner.playbook.plan import load_plan
 
-    built = study(tmp_path, round1={"steps": 10, "trials": 8}, max_train_steps=80)
-    phase = built.start("round-1")
-    for slot in range(8):
-        add_trial(phase, slot, 0.1 + 0.01 * slot, {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
-    second = built.start("round-2")
-    for slot, planned in enumerate(load_plan(second.user_attrs).slots):  # type: ignore[union-attr]
-        add_trial(second, slot, 0.05 + 0.01 * slot, planned.values, best_step=40, **planned.attrs)
+    built, stages = _rounds_1_and_2_done(tmp_path, 40)
     sets = ["rounds.round3.top_k=1", "rounds.round3.seeds=2", "rounds.round3.steps=160"]
-    stages = [
-        Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
-        Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
-        Stage("toy", "round-3", str(built.path), sets, None, 320, steps_per_trial=160),
-    ]
+    stages.append(Stage("toy", "round-3", str(built.path), sets, None, 320, steps_per_trial=160))
     store_tune_state(built, stages, "1000", 1000)
     done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
     assert done.returncode == 0, done.stderr
