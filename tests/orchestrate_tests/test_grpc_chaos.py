@@ -166,13 +166,29 @@ def _storages(through: str, tmp_path: Path, proxy_url: str, postgres_url: str) -
 def _all_end_cleanly(
     processes: tuple[WarmTuner, ...], postgres_url: str, name: str, *, slots: int
 ) -> list[Any]:
-    """Each worker ends with exit 0 and no traceback; each of ``slots`` is done once: the trials."""
-    for process in processes:
-        output, _ = finish(process, lambda: len(load_phase(postgres_url, name).trials), what="a worker")
-        assert process.returncode == 0 and "Traceback" not in output, output
+    """Each worker ends with exit 0 and no traceback; each of ``slots`` is done once: the trials.
+    A failure shows every worker's output and every trial (a race seen once in CI must say which)."""
+    outputs = [
+        finish(process, lambda: len(load_phase(postgres_url, name).trials), what="a worker")[0]
+        for process in processes
+    ]
     trials = load_phase(postgres_url, name).trials
+    for process, output in zip(processes, outputs, strict=True):
+        assert process.returncode == 0 and "Traceback" not in output, (
+            "\n---\n".join(outputs) + "\n---\n" + _trial_table(trials)
+        )
     _assert_each_slot_done_once(trials, slots)
     return trials
+
+
+def _trial_table(trials: list[Any]) -> str:
+    """One line per trial: number, state, and the attributes that say who ran it and why it ended."""
+    keys = ("worker", "slot", "attempt", "retry_of", "failure_reason", "retried", "duplicate_of", "error")
+    lines = []
+    for trial in trials:
+        attrs = " ".join(f"{key}={trial.user_attrs[key]!r}" for key in keys if key in trial.user_attrs)
+        lines.append(f"{trial.number} {trial.state.name} {attrs}")
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("through", ["postgresql", "grpc", "journal"])

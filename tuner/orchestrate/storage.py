@@ -179,16 +179,18 @@ def open_storage(
 
 
 def open_journal(path: Path) -> Any:
-    """Optuna's ``JournalStorage`` on the file ``path`` (created with its folder), with Optuna's
-    default file lock (a symlink, which works on NFS): every process that appends to it, on any
-    machine that mounts it, takes the lock for the append."""
+    """Optuna's ``JournalStorage`` on the file ``path`` (created with its folder), with a symlink
+    lock (which works on NFS) that every process appending to it, on any machine that mounts
+    it, takes for the append: Optuna's, with an owner (``journal_lock``: why)."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
+
+    from tuner.orchestrate.journal_lock import OwnedSymlinkLock
 
     _storage_folder(path)
     with _environment_errors(path):
         try:
-            return JournalStorage(JournalFileBackend(str(path)))
+            return JournalStorage(JournalFileBackend(str(path), lock_obj=OwnedSymlinkLock(str(path))))
         except (ValueError, KeyError, TypeError) as error:  # its replay met a line it cannot read
             raise UsageError(
                 f"storage journal:///{path}: {path} is not an Optuna journal, or is damaged "

@@ -1,0 +1,146 @@
+"""The journal file's lock: Optuna's symlink lock, with an owner.
+
+A ``journal:///PATH`` storage appends every write to one file under a lock that each writer, on
+any machine mounting it, takes for the append. Optuna's own lock (``JournalFileSymlinkLock``,
+optuna 5, ``storages/journal/_file.py``) is a symlink ``PATH.lock`` created atomically (NFS
+too), which a waiter breaks when it has not changed for a grace period (30 s). Its link points
+at the journal itself, the same target for every holder, so the lock has no owner, and a holder
+paused for longer than the grace (SIGSTOP, a suspended VM, a swap storm) meets two faults when
+it resumes:
+
+- its ``release`` renames whatever lock is there now: its successor's, whose own ``release``
+  then raises ``RuntimeError("Error: did not possess lock")`` *after its append was written*.
+  tuner took that for a failed write: a claim whose RUNNING record had landed was tried again,
+  the trial was left running with nobody training it, and the reaper failed it a grace later
+  (seen in CI: the SIGSTOP chaos test on a journal spent a retry and the failure budget);
+- a waiter interrupted in ``acquire`` (Ctrl-C) releases, i.e. removes, the holder's lock.
+
+Here the link's target is a token of the holder (host, pid, a uuid per acquisition), which
+``readlink`` shows, and a lock is removed only by its holder or by a waiter that saw the same
+token for the whole grace. A lock broken while its holder was paused is left to its new holder;
+both say so in one line. The rest is Optuna's: the file name (tuner and Optuna writers exclude
+each other), the wait (1 ms doubling to 1 s between tries), removal by rename then unlink, and the
+grace (``$TUNER_JOURNAL_LOCK_GRACE_S``, 30 s: longer than any append, even on a slow NFS server).
+An Optuna process that finds our lock busy cannot follow the link to stat it and retries at once
+until we release (a millisecond): tuner's own writers are the ones expected here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+from optuna.storages.journal import JournalFileSymlinkLock
+
+GRACE_ENV = "TUNER_JOURNAL_LOCK_GRACE_S"
+DEFAULT_GRACE_S = 30.0  # Optuna's ``grace_period``
+LOCK_SUFFIX = ".lock"  # Optuna's ``LOCK_FILE_SUFFIX``: the same file, so both kinds exclude each other
+FIRST_WAIT_S, LONGEST_WAIT_S = 0.001, 1.0
+
+
+def journal_lock_grace_s() -> float:
+    """``$TUNER_JOURNAL_LOCK_GRACE_S`` (seconds >= 0), 30 by default."""
+    from tuner.orchestrate.env_settings import seconds_setting
+
+    return seconds_setting(GRACE_ENV, DEFAULT_GRACE_S)
+
+
+def _holder(path: str) -> str | None:
+    """The token a lock link names, None when there is no lock."""
+    try:
+        return os.readlink(path)
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+class OwnedSymlinkLock(JournalFileSymlinkLock):
+    """``PATH.lock -> host:pid:uuid``, taken for each append to the journal ``PATH``.
+
+    A subclass of Optuna's lock because its base class is not public (``lock_obj`` of
+    ``JournalFileBackend`` asks for one): ``acquire`` and ``release`` are replaced whole."""
+
+    def __init__(
+        self,
+        journal_path: str,
+        grace_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(journal_path, grace_period=None)  # Optuna's attributes, unused
+        self.journal_path = journal_path
+        self.lock_path = journal_path + LOCK_SUFFIX
+        self.grace_s = journal_lock_grace_s() if grace_s is None else grace_s
+        self.clock = clock
+        self._token: str | None = None  # ours while we hold the lock
+
+    def acquire(self) -> bool:
+        token = f"{socket.gethostname().replace('/', '_')}:{os.getpid()}:{uuid.uuid4().hex}"
+        wait_s = FIRST_WAIT_S
+        seen: tuple[str, float] | None = None  # (the holder's token, since when on our clock)
+        while True:
+            try:
+                os.symlink(token, self.lock_path)
+            except FileExistsError:
+                pass
+            else:
+                self._token = token
+                return True
+            holder = _holder(self.lock_path)
+            if holder is None:  # released between our two calls: try again at once
+                continue
+            now = self.clock()
+            if seen is None or seen[0] != holder:
+                seen = (holder, now)
+            elif now - seen[1] >= self.grace_s:
+                self._break(holder)
+                seen, wait_s = None, FIRST_WAIT_S
+                continue
+            time.sleep(wait_s)
+            wait_s = min(2 * wait_s, LONGEST_WAIT_S)
+
+    def release(self) -> None:
+        token, self._token = self._token, None
+        holder = _holder(self.lock_path)
+        if token is not None and holder == token:
+            self._remove(token)
+            return
+        _warn(
+            f"journal {self.journal_path}: this process held its lock longer than "
+            f"{self.grace_s:g} s (paused?) and another writer broke it; the write went through "
+            f"and the lock is left to {holder or 'nobody'}"
+        )
+
+    def _break(self, holder: str) -> None:
+        """Remove the lock ``holder`` has held unchanged for the grace (a process paused or lost
+        while it wrote); a lock taken by someone else meanwhile is put back."""
+        if self._remove(holder):
+            _warn(
+                f"journal {self.journal_path}: broke a lock held for {self.grace_s:g} s by "
+                f"{holder} (a writer paused or lost in the middle of a write)"
+            )
+
+    def _remove(self, token: str) -> bool:
+        """Take the lock link away if it names ``token`` (rename, then unlink: Optuna's way, safe
+        on NFS); whether it did."""
+        aside = f"{self.lock_path}.{uuid.uuid4().hex}.removed"
+        try:
+            os.rename(self.lock_path, aside)
+        except FileNotFoundError:
+            return False
+        taken = _holder(aside)
+        if taken != token and taken is not None:  # a new holder locked between our look and the rename
+            # (a third writer locked since: the new holder will say so at its release)
+            with contextlib.suppress(FileExistsError):
+                os.symlink(taken, self.lock_path)
+            os.unlink(aside)
+            return False
+        os.unlink(aside)
+        return True
