@@ -134,3 +134,18 @@ def test_a_grace_that_is_not_seconds_is_one_line_exit_2(
         UsageError, match=r"\$TUNER_JOURNAL_LOCK_GRACE_S='soon': expected a number of seconds"
     ):
         open_storage(f"journal:///{tmp_path / 'study.log'}")
+
+
+def test_a_lock_file_that_is_not_a_link_is_broken_after_the_grace_too(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Optuna's other lock (``JournalFileOpenLock``) is a plain file: one left behind is timed and
+    broken like a link, not polled forever."""
+    journal = str(tmp_path / "study.log")
+    Path(journal + ".lock").write_text("")
+    lock = OwnedSymlinkLock(journal, grace_s=0.3)
+    lock.acquire()
+    assert os.path.islink(journal + ".lock")
+    assert "broke a lock held for 0.3 s by a lock file that is not a link" in capfd.readouterr().err
+    lock.release()
+    assert not os.path.lexists(journal + ".lock")

@@ -54,8 +54,10 @@ def _holder(path: str) -> str | None:
     """The token a lock link names, None when there is no lock."""
     try:
         return os.readlink(path)
-    except (FileNotFoundError, OSError):
+    except FileNotFoundError:
         return None
+    except OSError:  # a lock that is not a link (Optuna's ``JournalFileOpenLock``): timed the same
+        return "a lock file that is not a link"
 
 
 def _warn(line: str) -> None:
