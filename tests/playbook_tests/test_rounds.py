@@ -209,7 +209,8 @@ def test_round2_from_the_command_line_records_where_each_trial_came_from(tmp_pat
     chosen = min(top, key=lambda r: (r.value, r.user_attrs["seed_index"]))
     (line,) = [line for line in second.stdout.splitlines() if line.startswith("best point")]
     assert line.endswith(
-        f"the study's model is its best seed, trial {chosen.user_attrs['slot']} (tuner report)"
+        f"this round's best mean over its seeds, best seed trial {chosen.user_attrs['slot']}; "
+        "the study's model, over every full-length round: tuner report"
     )
     assert "over 2 seeds" in line
 

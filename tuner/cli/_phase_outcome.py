@@ -126,7 +126,10 @@ def best_point(snapshot: PhaseSnapshot, plan: StoredPlan | None, direction: str)
     """With several seeds a point, the best *run* above is one lucky seed; the study's model
     (``tuner report``'s rule, ``tuner.report.delivered``) is the best seed of the point with the
     best mean over its seeds, which may be another point: said here so the two are not confused.
-    None when every point ran once."""
+    Only this round's runs are read here, and the rule pools a point's runs at one length across
+    rounds (a round 3 of new seeds), so the line names this round's choice and leaves the study's
+    to ``tuner report`` (it used to call this round's choice the study's model). None when every
+    point ran once."""
     from tuner.playbook.ranked_points import points_of, rankable_runs, ranked, slot_of
 
     completed = rankable_runs(snapshot.trials)
@@ -136,8 +139,8 @@ def best_point(snapshot: PhaseSnapshot, plan: StoredPlan | None, direction: str)
     top = ranked(points, direction)[0]
     chosen = top.best_run(direction)
     return (
-        f"best point   {top.describe()}: the best mean over its seeds; the study's model is its "
-        f"best seed, trial {slot_of(chosen)} (tuner report)"
+        f"best point   {top.describe()}: this round's best mean over its seeds, best seed trial "
+        f"{slot_of(chosen)}; the study's model, over every full-length round: tuner report"
     )
 
 
