@@ -45,7 +45,9 @@ def test_processes_claiming_through_a_journal_file_count_each_slot_once(tmp_path
     assert_each_slot_claimed_once(
         optuna.load_study(study_name="journal/round-1", storage=storage).trials, TRIALS
     )
-    # several took part at once (one may lose every race for the journal's file lock: starved, not wrong)
+    # several took part at once: with Optuna's wait for the lock (up to 1 s) a loaded machine saw
+    # one process make 198 of the 200 claims; with tuner's (journal_lock: jittered, at most
+    # 0.1 s) the fewest by one of 8 was 7-16 in three runs there
     assert sum(told) >= TRIALS and sum(1 for n in told if n) >= PROCESSES // 2, told
 
 
