@@ -66,16 +66,23 @@ def _assert_each_slot_done_once(trials: list[Any], slots: int) -> None:
     assert (counts.slots, counts.completed, counts.failed) == (slots, slots, 0)
 
 
-def _assert_retries_resumed_exactly(trials: list[Any]) -> int:
-    """Every retry started from its predecessor's last checkpoint; returns how many resumed."""
+def _assert_retries_resumed_from_the_last_checkpoint(trials: list[Any], checkpoint_every: int = 10) -> int:
+    """Every retry started from its predecessor's last checkpoint; returns how many resumed.
+
+    The step recorded as ``last_checkpoint_step`` is read from ``checkpoints/index.json``, which is
+    written just after ``latest.pt`` is renamed into place (what a resume loads): a kill between
+    the two leaves ``latest.pt`` one checkpoint newer than the record (seen in CI: recorded 40,
+    resumed from 50). So a retry resumes from the recorded step or the checkpoint after it, never
+    from an older one (a resume from a best checkpoint, or from scratch, would be) nor a later one."""
     resumed = 0
     for retry in (t for t in trials if "retry_of" in t.user_attrs):
         before = trials[retry.user_attrs["retry_of"]]
         assert before.user_attrs["retried"]
         assert retry.user_attrs["run_dir"] == before.user_attrs["run_dir"]
         expected = before.user_attrs.get("last_checkpoint_step") or 0
-        assert retry.user_attrs.get("resumed_from_step", 0) == expected, (before.number, retry.number)
-        resumed += expected > 0
+        started = retry.user_attrs.get("resumed_from_step", 0)
+        assert started in (expected, expected + checkpoint_every), (before.number, retry.number, started)
+        resumed += started > 0
     return resumed
 
 
@@ -120,7 +127,7 @@ def test_ten_trial_processes_killed_at_random_every_slot_completes_from_its_chec
     _assert_each_slot_done_once(trials, 6)
     killed = [t for t in trials if t.user_attrs.get("failure_reason") == "killed"]
     assert len(killed) == 10
-    assert _assert_retries_resumed_exactly(trials) >= 8
+    assert _assert_retries_resumed_from_the_last_checkpoint(trials) >= 8
 
 
 def test_the_command_killed_three_times_then_rerun_counts_every_slot_once(
