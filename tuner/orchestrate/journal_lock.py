@@ -36,12 +36,13 @@ import contextlib
 import os
 import random
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
 
 from optuna.storages.journal import JournalFileSymlinkLock
+
+from tuner.orchestrate.outage import warn_line
 
 GRACE_ENV = "TUNER_JOURNAL_LOCK_GRACE_S"
 DEFAULT_GRACE_S = 30.0  # Optuna's ``grace_period``
@@ -64,10 +65,6 @@ def _holder(path: str) -> str | None:
         return None
     except OSError:  # a lock that is not a link (Optuna's ``JournalFileOpenLock``): timed the same
         return "a lock file that is not a link"
-
-
-def _warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 class OwnedSymlinkLock(JournalFileSymlinkLock):
@@ -120,7 +117,7 @@ class OwnedSymlinkLock(JournalFileSymlinkLock):
         if token is not None and holder == token:
             self._remove(token)
             return
-        _warn(
+        warn_line(
             f"journal {self.journal_path}: this process held its lock longer than "
             f"{self.grace_s:g} s (paused?) and another writer broke it; the write went through "
             f"and the lock is left to {holder or 'nobody'}"
@@ -130,7 +127,7 @@ class OwnedSymlinkLock(JournalFileSymlinkLock):
         """Remove the lock ``holder`` has held unchanged for the grace (a process paused or lost
         while it wrote); a lock taken by someone else meanwhile is put back."""
         if self._remove(holder):
-            _warn(
+            warn_line(
                 f"journal {self.journal_path}: broke a lock held for {self.grace_s:g} s by "
                 f"{holder} (a writer paused or lost in the middle of a write)"
             )

@@ -137,7 +137,7 @@ def note_unreachable(error: BaseException) -> float:
         if _state.started is None:
             _state.since, _state.started = time.time(), time.monotonic()
             window = outage_window_s()
-            _say(
+            warn_line(
                 f"storage unreachable since {time.strftime('%H:%M:%S', time.localtime(_state.since))} "
                 f"({first_line(error)}); waiting up to {window:g} s for it to come back (${OUTAGE_ENV})"
             )
@@ -154,7 +154,7 @@ def note_reachable() -> None:
         lasted = time.monotonic() - _state.started
         _state.since = _state.started = None
         _state.recovered_at, _state.lasted = time.monotonic(), lasted
-    _say(f"storage reachable again after {lasted:.0f} s")
+    warn_line(f"storage reachable again after {lasted:.0f} s")
 
 
 def recovered_within(seconds: float, *, longer_than: float) -> bool:
@@ -194,6 +194,6 @@ def give_up(error: BaseException, lasted_s: float) -> StorageUnreachableError:
     )
 
 
-def _say(line: str) -> None:
-    """One line on stderr (a worker's log, or the terminal of ``tuner worker``)."""
+def warn_line(line: str) -> None:
+    """``warning: LINE`` on stderr (a worker's log, or the terminal of ``tuner worker``)."""
     print(f"warning: {line}", file=sys.stderr, flush=True)
