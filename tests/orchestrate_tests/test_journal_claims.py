@@ -13,6 +13,7 @@ commands on a journal (``storage: journal:///PATH``). Chaos on a journal: ``test
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from pathlib import Path
 
@@ -75,6 +76,17 @@ def test_run_round_workers_report_and_list_on_a_journal_file(tmp_path: Path, out
     assert f"storage      {url}" in report.stdout and "6 complete" in report.stdout, report.stdout
     listed = run_tuner("list", "--storage", url)
     assert listed.returncode == 0 and "round-1  6 trials: 6 complete" in listed.stdout, listed.stdout
+    # without --storage: the output folder's toy/storage.json names the journal
+    found = run_tuner("list", "--output-dir", str(output_dir))
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert url in found.stdout and "round-1  6 trials: 6 complete" in found.stdout, found.stdout
+    # a worker on another machine (another output folder) leaves the same pointer there
+    machine_b = tmp_path / "machine-b"
+    worker = run_tuner(
+        "worker", str(study), "--phase", "round-1", "--storage", url, "--output-dir", str(machine_b)
+    )
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    assert json.loads((machine_b / "toy" / "storage.json").read_text())["storage"] == url
     missing = run_tuner("report", str(study), "--storage", f"journal:///{tmp_path / 'none.log'}")
     assert missing.returncode == 2 and not (tmp_path / "none.log").exists()
     said = f"error: no study storage at {tmp_path / 'none.log'}: nothing has run there (check --storage)"

@@ -136,6 +136,28 @@ def test_a_grace_that_is_not_seconds_is_one_line_exit_2(
         open_storage(f"journal:///{tmp_path / 'study.log'}")
 
 
+@pytest.mark.parametrize(
+    ("settings", "grace_s"),
+    [
+        ({}, 30.0),  # the heartbeat grace is 60 s: Optuna's 30 s is shorter
+        ({"TUNER_HEARTBEAT_S": "1"}, 6.0),  # a 12 s heartbeat grace: broken after half of it
+        ({"TUNER_HEARTBEAT_GRACE_S": "40"}, 20.0),
+        ({"TUNER_HEARTBEAT_S": "1", "TUNER_JOURNAL_LOCK_GRACE_S": "45"}, 45.0),  # the operator's
+    ],
+    ids=["default", "short-beats", "short-grace", "explicit"],
+)
+def test_the_lock_is_broken_before_a_stalled_journal_makes_live_trials_look_dead(
+    settings: dict[str, str], grace_s: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a paused writer holds the lock nobody beats; a lock grace at most half the heartbeat
+    grace leaves the beats time to land once it is broken, before the beat watch fails trials."""
+    for name in ("TUNER_HEARTBEAT_S", "TUNER_HEARTBEAT_GRACE_S", "TUNER_JOURNAL_LOCK_GRACE_S"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    assert OwnedSymlinkLock(str(tmp_path / "study.log")).grace_s == grace_s
+
+
 def test_a_lock_file_that_is_not_a_link_is_broken_after_the_grace_too(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -344,6 +344,52 @@ def test_a_shared_postgresql_storage_lists_each_of_its_studies(
     assert all(f"━━ {name} " in text for name in names)
 
 
+def test_a_study_run_on_another_storage_is_listed_from_its_output_folder(tmp_path: Path) -> None:
+    """A study run with a storage of its own (another SQLite file here, as a journal file or a
+    PostgreSQL would be) is found through the ``storage.json`` its phase wrote in its folder; of a
+    storage shared with other studies, only the studies of this output folder are listed."""
+    output_dir, shared = tmp_path / "runs", f"sqlite:///{tmp_path / 'shared.db'}"
+    for value, name, where in ((0.3, "one", output_dir), (0.2, "two", tmp_path / "elsewhere")):
+        built = _study(tmp_path / name, where, f"study {name}", storage=shared, name=name)
+        add_trial(built.start("round-1"), 0, value, {"optimizer.lr": 0.1}, best_step=20)
+    pointer = json.loads((output_dir / "one" / "storage.json").read_text())
+    assert pointer == {"study": "one", "storage": shared, "needs_password": False}
+    result = invoke("list", "--output-dir", str(output_dir), "--json")
+    assert result.exit_code == 0, result.output
+    assert [(row["study"], row["best"]["value"]) for row in json.loads(result.stdout)] == [("one", 0.3)]
+    # a pointer whose URL needed a password, and a file that is not a pointer: a warning each
+    (output_dir / "pw").mkdir()
+    needs = {"study": "pw", "storage": "postgresql://me:***@db/t", "needs_password": True}
+    (output_dir / "pw" / "storage.json").write_text(json.dumps(needs))
+    (output_dir / "junk").mkdir()
+    (output_dir / "junk" / "storage.json").write_text("{")
+    result = invoke("list", "--output-dir", str(output_dir))
+    assert result.exit_code == 0, result.output
+    assert set(_blocks(result.stdout)) == {"one"}
+    assert "1 study in 1 storage under" in plain(result.stdout)
+    junk, pw = plain(result.stderr).splitlines()
+    assert junk.startswith("warning: skipped: ") and "junk/storage.json: not readable as JSON" in junk
+    assert pw == (
+        "warning: skipped: study pw: its storage postgresql://me:***@db/t needs a password, which "
+        "tuner never writes down; list it with --storage URL (or $TUNER_STORAGE)"
+    )
+
+
+@pytest.mark.postgres
+def test_a_password_in_the_storage_url_never_reaches_the_pointer(
+    postgres_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    with_password = postgres_url.replace("postgres@", "postgres:s3cret-pw@", 1)  # trust auth: accepted
+    assert with_password != postgres_url
+    built = _study(tmp_path / "s", tmp_path / "runs", "pw", storage=with_password, name=unique_name)
+    add_trial(built.start("round-1"), 0, 0.1, {"optimizer.lr": 0.1}, best_step=20)
+    text = (tmp_path / "runs" / unique_name / "storage.json").read_text()
+    assert "s3cret-pw" not in text and json.loads(text)["needs_password"] is True
+    result = invoke("list", "--output-dir", str(tmp_path / "runs"))
+    assert result.exit_code == 2 and "s3cret-pw" not in result.output
+    assert f"study {unique_name}: its storage postgresql+psycopg://postgres:***@" in plain(result.stderr)
+
+
 def _garbage_db(tmp_path: Path) -> list[str]:
     (tmp_path / "runs" / "x").mkdir(parents=True)
     (tmp_path / "runs" / "x" / "study.db").write_bytes(bytes(range(256)) * 40)
@@ -368,7 +414,7 @@ def _empty_storage(tmp_path: Path) -> list[str]:
         ),
         (
             lambda tmp: ["--output-dir", str(tmp)],  # a folder without */study.db
-            "no study storage under {tmp} (no {tmp}/*/study.db)",
+            "no study storage under {tmp} (no {tmp}/*/study.db nor {tmp}/*/storage.json)",
         ),
         (
             lambda tmp: ["--storage", "postgresql://tuner:s3cret-pw@127.0.0.1:9/db"],
@@ -397,3 +443,14 @@ def test_help_is_clean_at_80_columns() -> None:
     root = plain(invoke("--help", env={"COLUMNS": "80"}).stdout)
     assert re.search(r"^  list +Every study: the experiment-tracking table\.$", root, re.MULTILINE), root
     assert all(len(line) <= 80 for line in root.splitlines()), root
+
+
+def test_a_relative_storage_path_is_remembered_from_anywhere(tmp_path: Path, monkeypatch: Any) -> None:
+    """``journal:///j.log`` is relative to where the phase ran; ``tuner list`` runs elsewhere."""
+    from tuner.orchestrate.storage_pointer import pointer_paths, read_pointer, remember_storage
+
+    monkeypatch.chdir(tmp_path)
+    remember_storage(Path("runs"), "rel", "journal:///shared/j.log")
+    remember_storage(Path("runs"), "default", f"sqlite:///{(tmp_path / 'runs/default/study.db')}")
+    [pointer] = [read_pointer(path) for path in pointer_paths(tmp_path / "runs")]  # none for the default
+    assert (pointer.study, pointer.url) == ("rel", f"journal:///{tmp_path}/shared/j.log")

@@ -1,15 +1,17 @@
 """``tuner list``: every study of a storage in the playbook's experiment-tracking table.
 
 Which storages: ``--storage URL`` (or ``$TUNER_STORAGE``), every study in it; else each
-``<output-dir>/*/study.db`` (the default layout: one SQLite file per study). Of several study
-files, one that cannot be read is skipped with a warning and the others are listed; a single
-storage that cannot be read, or nothing to list at all, is one error line (exit 2). Reads only;
-never writes to a storage.
+``<output-dir>/*/study.db`` (the default layout: one SQLite file per study) and, for a study run
+on another storage (a journal file, PostgreSQL, a proxy), the one its folder's ``storage.json``
+names (``storage_pointer``), that study alone. Of several, one that cannot be read is skipped
+with a warning and the others are listed; a single storage that cannot be read, or nothing to
+list at all, is one error line (exit 2). Reads only; never writes to a storage.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,18 +26,52 @@ if TYPE_CHECKING:
     from tuner.report.tracking import TrackingRow
 
 
-def storage_urls(storage: str | None, output_dir: Path) -> list[str]:
-    """The storages to list: ``storage``, or every ``study.db`` one folder under ``output_dir``."""
+@dataclass(frozen=True)
+class _Source:
+    """A storage to list: every study in it (``studies`` None), or only those named."""
+
+    url: str
+    studies: frozenset[str] | None = None
+
+
+def _sources(storage: str | None, output_dir: Path) -> list[_Source]:
+    """``storage``; or every ``study.db`` one folder under ``output_dir``, then every other storage
+    a study folder's ``storage.json`` names (each once, with the studies that named it). A pointer
+    that cannot be used is a warning, as an unreadable ``study.db`` among several is."""
     if storage:
-        return [storage]
+        return [_Source(storage)]
+    from tuner.orchestrate.storage_pointer import PointerError, pointer_paths, read_pointer
+
     found = sorted(output_dir.glob("*/study.db")) if output_dir.is_dir() else []
-    if not found:
-        why = "no such folder" if not output_dir.is_dir() else f"no {output_dir / '*' / 'study.db'}"
+    sources = [_Source(f"sqlite:///{path.resolve()}") for path in found]
+    named: dict[str, set[str]] = {}
+    pointers = pointer_paths(output_dir)
+    for path in pointers:
+        try:
+            pointer = read_pointer(path)
+        except PointerError as error:
+            warning_line(f"skipped: {error}")
+            continue
+        if pointer.needs_password:
+            warning_line(
+                f"skipped: study {pointer.study}: its storage {pointer.url} needs a password, which "
+                "tuner never writes down; list it with --storage URL (or $TUNER_STORAGE)"
+            )
+            continue
+        named.setdefault(pointer.url, set()).add(pointer.study)
+    sources += [_Source(url, frozenset(studies)) for url, studies in named.items()]
+    if not sources:
+        why = (
+            "no such folder"
+            if not output_dir.is_dir()
+            else f"no {output_dir / '*' / 'study.db'}"
+            + ("" if pointers else f" nor {output_dir / '*' / 'storage.json'}")
+        )
         raise UsageError(
             f"no study storage under {output_dir} ({why}); give the output folder the studies ran "
             "with (--output-dir DIR) or their storage (--storage URL)"
         )
-    return [f"sqlite:///{path.resolve()}" for path in found]
+    return sources
 
 
 @guarded
@@ -45,7 +81,10 @@ def list_studies(
         "--storage",
         metavar="URL",
         envvar="TUNER_STORAGE",
-        help="List every study in this storage (default: each DIR/*/study.db).",
+        help=(
+            "List every study in this storage (default: each DIR/*/study.db, and the storage "
+            "each DIR/*/storage.json names)."
+        ),
     ),
     output_dir: Path = typer.Option(
         Path("runs"),
@@ -66,36 +105,38 @@ def list_studies(
 
     if csv_path is not None and csv_path.is_dir():  # said before the table, not after it
         raise UsageError(f"--csv {csv_path}: is a folder; give a file path")
-    urls = storage_urls(storage, output_dir)
+    sources = _sources(storage, output_dir)
     notes = err if as_json else out  # with --json, stdout holds the JSON alone
     rows: list[TrackingRow] = []
     skipped = 0
-    for url in urls:
+    for source in sources:
         try:
-            with open_reader(url) as reader:
+            with open_reader(source.url) as reader:
                 found = 0
-                for row in tracking_rows(reader):  # one study at a time
+                for row in tracking_rows(reader, only=source.studies):  # one study at a time
                     found += 1
                     if not as_json:
                         _print_row(row, first=not rows)
                     rows.append(row)
                 if not found:
-                    raise UsageError(f"storage {reader.shown_url} holds no tuner study")
+                    raise UsageError(f"storage {reader.shown_url} holds no tuner study{_named(source)}")
         except UsageError as error:
-            if len(urls) == 1:
+            if len(sources) == 1:
                 raise
             warning_line(f"skipped: {error}")
             skipped += 1
     if not rows:
         raise UsageError(
-            f"none of the {len(urls)} study storages under {output_dir} could be read "
+            f"none of the {len(sources)} study storages under {output_dir} could be read "
             "(see the warnings above)"
         )
     if as_json:
         typer.echo(json.dumps([row.to_json() for row in rows], indent=2, allow_nan=False))
     else:
         where = (
-            redact_url(urls[0]) if storage else f"{plural(len(urls) - skipped, 'storage')} under {output_dir}"
+            redact_url(storage)
+            if storage
+            else f"{plural(len(sources) - skipped, 'storage')} under {output_dir}"
         )
         out.print("")
         out.print(f"{plural(len(rows), 'study', 'studies')} in {where}", markup=False)
@@ -106,6 +147,10 @@ def list_studies(
         notes.print(
             f"csv          {shown_path(csv_path)} ({plural(len(rows), 'study', 'studies')})", markup=False
         )
+
+
+def _named(source: _Source) -> str:
+    return f" named {', '.join(sorted(source.studies))}" if source.studies else ""
 
 
 def _print_row(row: TrackingRow, *, first: bool) -> None:

@@ -173,6 +173,9 @@ def worker(
     stored = load_stored_plan(opened_phase)
     check_against_plan(loaded, stored, opened_phase.study_name)
     plan = phase_plan(loaded, stored, output_dir)
+    from tuner.orchestrate.storage_pointer import remember_storage
+
+    remember_storage(output_dir, spec.name, url)  # a machine of a fleet: its ``tuner list`` finds it
 
     def report_trial(trial: Any) -> None:
         out.print(trial_line(trial, spec.objective.metric))

@@ -20,7 +20,8 @@ Here the link's target is a token of the holder (host, pid, a uuid per acquisiti
 token for the whole grace. A lock broken while its holder was paused is left to its new holder;
 both say so in one line. The rest is Optuna's: the file name (tuner and Optuna writers exclude
 each other), removal by rename then unlink, and the grace (``$TUNER_JOURNAL_LOCK_GRACE_S``, 30 s:
-longer than any append, even on a slow NFS server). Not its wait (1 ms doubling to 1 s between
+longer than any append, even on a slow NFS server; shorter with a short heartbeat grace,
+``journal_lock_grace_s``). Not its wait (1 ms doubling to 1 s between
 tries): a writer that had backed off to 1 s lost every race to one appending in a loop (seen
 here, 8 processes claiming on a loaded machine: one made 198 of the 200 claims). Here the wait doubles from
 1 ms to at most ``LONGEST_WAIT_S`` (0.1 s), each drawn at random below it (full jitter), so waiters
@@ -51,10 +52,19 @@ FIRST_WAIT_S, LONGEST_WAIT_S = 0.001, 0.1
 
 
 def journal_lock_grace_s() -> float:
-    """``$TUNER_JOURNAL_LOCK_GRACE_S`` (seconds >= 0), 30 by default."""
-    from tuner.orchestrate.env_settings import seconds_setting
+    """``$TUNER_JOURNAL_LOCK_GRACE_S`` (seconds >= 0); by default 30 s, or half the heartbeat
+    grace when that is shorter (``$TUNER_HEARTBEAT_S`` 1 gives a 12 s grace, a 6 s lock grace).
 
-    return seconds_setting(GRACE_ENV, DEFAULT_GRACE_S)
+    Why: while a paused writer holds the lock, no trial can beat. A heartbeat grace shorter than
+    the lock's let every trial go quiet for longer than the beat watch allows, so once the lock was
+    broken, live trials were failed as stale and retried. Broken at half the heartbeat grace, the
+    stall leaves the beats time to land. An explicit setting is the operator's and is kept."""
+    from tuner.orchestrate.env_settings import seconds_setting
+    from tuner.orchestrate.heartbeat import heartbeat_settings
+
+    if os.environ.get(GRACE_ENV, "").strip():
+        return seconds_setting(GRACE_ENV, DEFAULT_GRACE_S)
+    return min(DEFAULT_GRACE_S, heartbeat_settings()[1] / 2)
 
 
 def _holder(path: str) -> str | None:

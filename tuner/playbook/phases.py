@@ -197,6 +197,9 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
             "tuner:trial_steps": stored.trial_steps,
         },
     )
+    from tuner.orchestrate.storage_pointer import remember_storage
+
+    remember_storage(prepared.output_dir, spec.name, prepared.storage_url)  # for ``tuner list``
     return prepared
 
 

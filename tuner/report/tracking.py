@@ -57,7 +57,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,17 +267,20 @@ CSV_COLUMNS = (
 
 
 # -- reading -------------------------------------------------------------------------------------
-def read_studies(reader: StorageReader) -> Iterator[StudyData]:
-    """Every tuner study of the storage, one at a time (phases latest first, as ``read_study``)."""
+def read_studies(reader: StorageReader, only: Collection[str] | None = None) -> Iterator[StudyData]:
+    """Every tuner study of the storage (or those named in ``only``), one at a time (phases
+    latest first, as ``read_study``)."""
     for study, phases in reader.studies().items():
+        if only is not None and study not in only:
+            continue
         data = study_data(reader, study, phases)
         if data.phases:
             yield data
 
 
-def tracking_rows(reader: StorageReader) -> Iterator[TrackingRow]:
-    """The tracking table of a storage, one study at a time."""
-    for data in read_studies(reader):
+def tracking_rows(reader: StorageReader, only: Collection[str] | None = None) -> Iterator[TrackingRow]:
+    """The tracking table of a storage (of the studies in ``only``), one study at a time."""
+    for data in read_studies(reader, only):
         yield tracking_row(data)
 
 

@@ -1,0 +1,90 @@
+"""Where a study lives, remembered in its output folder, so ``tuner list`` finds it there.
+
+By default a study's storage is ``<output>/<study>/study.db``, and ``tuner list`` finds it by
+looking. A study run with ``--storage`` or ``$TUNER_STORAGE`` (a journal file, PostgreSQL, a
+storage proxy) left nothing there to find: its run folders sat under ``<output>/<study>`` while
+``tuner list`` said "no study storage". Each phase that starts now writes
+``<output>/<study>/storage.json`` when its storage is not the default one: the URL with any
+password masked (a password is never written down, README: Secrets). A URL that carried one is
+marked, and ``tuner list`` then asks for ``--storage`` instead of trying ``***``; a URL without
+one (the password in ``~/.pgpass`` or ``$PGPASSWORD``, as the README advises) just works.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner._atomic import atomic_write_json
+
+POINTER_FILE = "storage.json"
+
+
+@dataclass(frozen=True)
+class RememberedStorage:
+    """A study folder's ``storage.json``: the study, its storage URL (password masked), and
+    whether that URL needs a password tuner did not keep (it cannot be opened as written)."""
+
+    study: str
+    url: str
+    needs_password: bool
+    pointer: Path
+
+
+class PointerError(ValueError):
+    """A ``storage.json`` that is not one tuner wrote (edited, truncated): skipped by ``list``."""
+
+
+def remember_storage(output_dir: Path, study: str, url: str) -> None:
+    """Write ``<output_dir>/<study>/storage.json`` for a storage other than the default SQLite
+    file (which ``list`` finds without it); rewritten only when the URL changes."""
+    from tuner.orchestrate.storage import default_storage_url, redact_url
+
+    if url == default_storage_url(output_dir, study):
+        return
+    url = _from_anywhere(url)
+    shown = redact_url(url)
+    record = {"study": study, "storage": shown, "needs_password": shown != url}
+    path = Path(output_dir) / study / POINTER_FILE
+    try:
+        if json.loads(path.read_text()) == record:
+            return
+    except (OSError, ValueError):
+        pass  # none yet, or unreadable: write it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+
+
+def _from_anywhere(url: str) -> str:
+    """``url`` with a relative file path made absolute (``journal:///runs/x.log`` and
+    ``sqlite:///x.db`` are relative to where the command ran; ``tuner list`` runs elsewhere)."""
+    from tuner.orchestrate.storage_url import JOURNAL_PREFIX, Backend, parse_storage_url
+
+    parsed = parse_storage_url(url)
+    if parsed.backend is Backend.JOURNAL and parsed.journal_file is not None:
+        return f"{JOURNAL_PREFIX}{parsed.journal_file.resolve()}"
+    if parsed.backend is Backend.SQLITE and parsed.sqlite_file is not None and "?" not in url:
+        return f"sqlite:///{parsed.sqlite_file.resolve()}"
+    return url  # a server's address, or SQLite with driver options: as given
+
+
+def read_pointer(path: Path) -> RememberedStorage:
+    """The pointer at ``path``; ``PointerError`` names what is wrong with it."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise PointerError(f"{path}: not readable as JSON ({error})") from None
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("study"), str)
+        and isinstance(record.get("storage"), str)
+        and isinstance(record.get("needs_password"), bool)
+    ):
+        raise PointerError(f"{path}: not a storage pointer (study, storage, needs_password)")
+    return RememberedStorage(record["study"], record["storage"], record["needs_password"], path)
+
+
+def pointer_paths(output_dir: Path) -> list[Path]:
+    """Every ``<output_dir>/*/storage.json``, sorted."""
+    return sorted(Path(output_dir).glob(f"*/{POINTER_FILE}")) if Path(output_dir).is_dir() else []
