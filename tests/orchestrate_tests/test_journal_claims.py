@@ -80,6 +80,9 @@ def test_run_round_workers_report_and_list_on_a_journal_file(tmp_path: Path, out
     found = run_tuner("list", "--output-dir", str(output_dir))
     assert found.returncode == 0, found.stdout + found.stderr
     assert url in found.stdout and "round-1  6 trials: 6 complete" in found.stdout, found.stdout
+    # report without --storage: the folder's pointer names the journal
+    remembered = run_tuner("report", str(study), "--output-dir", str(output_dir))
+    assert remembered.returncode == 0 and "6 complete" in remembered.stdout, remembered.stderr
     # a worker on another machine (another output folder) leaves the same pointer there
     machine_b = tmp_path / "machine-b"
     worker = run_tuner(

@@ -41,6 +41,27 @@ def test_env_overrides_the_study_file(tmp_path: Path, monkeypatch: pytest.Monkey
     assert resolve_storage_url("postgresql://h/db", tmp_path, "s") == "sqlite:////elsewhere.db"
 
 
+def test_a_study_folders_pointer_is_used_when_no_storage_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``run-round --storage URL``, ``report`` and round 2 with no storage find the study:
+    below the environment and the study file, above the default, unless its file exists."""
+    from tuner.orchestrate.storage_pointer import remember_storage
+
+    monkeypatch.delenv("TUNER_STORAGE", raising=False)
+    journal = f"journal:///{tmp_path / 'j.log'}"
+    remember_storage(tmp_path, "s", journal)
+    assert resolve_storage_url(None, tmp_path, "s") == journal
+    assert resolve_storage_url("postgresql://h/db", tmp_path, "s") == "postgresql://h/db"
+    assert resolve_storage_url(None, tmp_path, "other") == default_storage_url(tmp_path, "other")
+    remember_storage(tmp_path, "p", "postgresql://me:pw@h/db")  # its password is not kept: unusable
+    assert resolve_storage_url(None, tmp_path, "p") == default_storage_url(tmp_path, "p")
+    (tmp_path / "s" / "study.db").touch()  # the default file, once it exists, is the study's
+    assert resolve_storage_url(None, tmp_path, "s") == default_storage_url(tmp_path, "s")
+    monkeypatch.setenv("TUNER_STORAGE", "sqlite:////elsewhere.db")
+    assert resolve_storage_url(None, tmp_path, "s") == "sqlite:////elsewhere.db"
+
+
 def test_a_connection_error_never_shows_the_password() -> None:
     with pytest.raises(UsageError) as caught:
         open_storage("postgresql://alice:hunter2@127.0.0.1:1/nowhere")

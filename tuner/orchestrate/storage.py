@@ -22,7 +22,7 @@ from tuner.orchestrate import outage
 from tuner.orchestrate.locks import end_stalled_transactions
 from tuner.orchestrate.retry_log import note_retry
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
-from tuner.orchestrate.storage_url import Backend, parse_storage_url
+from tuner.orchestrate.storage_url import Backend, default_storage_url, parse_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
 STORAGE_ENV = "TUNER_STORAGE"
@@ -64,13 +64,18 @@ def _scrub(text: str, url: str) -> str:
     return text
 
 
-def default_storage_url(output_dir: Path, study_name: str) -> str:
-    return f"sqlite:///{(Path(output_dir) / study_name / 'study.db').resolve()}"
-
-
 def resolve_storage_url(configured: str | None, output_dir: Path, study_name: str) -> str:
-    """``$TUNER_STORAGE`` beats the study file's ``storage``, which beats the SQLite default."""
-    return os.environ.get(STORAGE_ENV) or configured or default_storage_url(output_dir, study_name)
+    """``$TUNER_STORAGE`` beats the study file's ``storage``, which beats the storage the study's
+    folder remembers (``storage_pointer``: a phase run with ``--storage``), which beats the
+    SQLite default. The SQLite default wins over the folder's pointer when its file exists."""
+    from tuner.orchestrate.storage_pointer import remembered_storage
+
+    return (
+        os.environ.get(STORAGE_ENV)
+        or configured
+        or remembered_storage(output_dir, study_name)
+        or default_storage_url(output_dir, study_name)
+    )
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

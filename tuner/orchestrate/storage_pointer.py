@@ -3,11 +3,14 @@
 By default a study's storage is ``<output>/<study>/study.db``, and ``tuner list`` finds it by
 looking. A study run with ``--storage`` or ``$TUNER_STORAGE`` (a journal file, PostgreSQL, a
 storage proxy) left nothing there to find: its run folders sat under ``<output>/<study>`` while
-``tuner list`` said "no study storage". Each phase that starts now writes
+``tuner list`` said "no study storage", and ``tuner report`` or round 2 without ``--storage``
+found nothing. Each phase that starts now writes
 ``<output>/<study>/storage.json`` when its storage is not the default one: the URL with any
 password masked (a password is never written down, README: Secrets). A URL that carried one is
 marked, and ``tuner list`` then asks for ``--storage`` instead of trying ``***``; a URL without
 one (the password in ``~/.pgpass`` or ``$PGPASSWORD``, as the README advises) just works.
+A command given no storage (no ``--storage``, ``$TUNER_STORAGE`` or ``storage`` in the study
+file) uses the one the pointer names (``storage.resolve_storage_url``).
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ class PointerError(ValueError):
 def remember_storage(output_dir: Path, study: str, url: str) -> None:
     """Write ``<output_dir>/<study>/storage.json`` for a storage other than the default SQLite
     file (which ``list`` finds without it); rewritten only when the URL changes."""
-    from tuner.orchestrate.storage import default_storage_url, redact_url
+    from tuner.orchestrate.storage_url import default_storage_url
+    from tuner.spec import redact_storage_url
 
     if url == default_storage_url(output_dir, study):
         return
     url = _from_anywhere(url)
-    shown = redact_url(url)
+    shown = redact_storage_url(url)
     record = {"study": study, "storage": shown, "needs_password": shown != url}
     path = Path(output_dir) / study / POINTER_FILE
     try:
@@ -88,3 +92,18 @@ def read_pointer(path: Path) -> RememberedStorage:
 def pointer_paths(output_dir: Path) -> list[Path]:
     """Every ``<output_dir>/*/storage.json``, sorted."""
     return sorted(Path(output_dir).glob(f"*/{POINTER_FILE}")) if Path(output_dir).is_dir() else []
+
+
+def remembered_storage(output_dir: Path, study: str) -> str | None:
+    """The storage ``<output_dir>/<study>/storage.json`` names, for a command given none: so
+    ``tuner report`` and round 2 find a study that round 1 ran with ``--storage``. None when the
+    default SQLite file exists (it is the study's), or the pointer is missing, unreadable, or
+    names a URL whose password tuner did not keep."""
+    folder = Path(output_dir) / study
+    if (folder / "study.db").exists():
+        return None
+    try:
+        pointer = read_pointer(folder / POINTER_FILE)
+    except PointerError:
+        return None
+    return None if pointer.needs_password else pointer.url

@@ -50,6 +50,11 @@ class StorageUrl:
         return self.backend is Backend.SQLITE and self.sqlite_file is None
 
 
+def default_storage_url(output_dir: Path, study_name: str) -> str:
+    """A study's storage when none is given: ``<output>/<study>/study.db``."""
+    return f"sqlite:///{(Path(output_dir) / study_name / 'study.db').resolve()}"
+
+
 def _scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
