@@ -284,8 +284,36 @@ def test_version() -> None:
 
 def test_a_missing_argument_is_named_as_in_the_usage_line() -> None:
     result = invoke("validate")
-    assert result.exit_code == 2
-    assert "Missing argument 'STUDY'" in plain(result.output)
+    assert single_error(result) == "Missing argument 'STUDY'. (tuner validate -h for help)"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ("tune", "study.yaml", "--budget", "9", "--max-searches", "abc"),
+            "Invalid value for '--max-searches': ",
+        ),
+        (("run-round", "study.yaml", "--bogus"), "No such option: --bogus (tuner run-round -h for help)"),
+        (("frobnicate",), "No such command 'frobnicate'. (tuner -h for help)"),
+        (("--bogus", "list"), "No such option: --bogus (tuner -h for help)"),
+    ],
+    ids=["bad-value", "unknown-option", "unknown-command", "unknown-root-option"],
+)
+def test_a_mistyped_command_line_is_one_error_line_and_exit_2(args: tuple[str, ...], expected: str) -> None:
+    """click's usage errors were four lines (usage, hint, blank, ``Error:`` last); every other bad
+    input is one ``error:`` line, so these are too."""
+    message = single_error(invoke(*args))
+    assert message.startswith(expected), message
+    assert message.endswith(" -h for help)"), message
+
+
+def test_a_mistyped_command_line_through_the_installed_command_is_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tuner", "report", "--bogus"], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "error: No such option: --bogus (tuner report -h for help)\n"
 
 
 def test_a_ctrl_c_caught_inside_source_text_exec_still_exits_130(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import signal
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from tuner.cli import (
     estimate_cmd,
@@ -32,10 +32,25 @@ from tuner.cli import (
     validate_cmd,
     worker_cmd,
 )
+from tuner.cli._usage_errors import parse_args_in_one_line
+
+
+class TunerGroup(TyperGroup):
+    """``tuner`` itself: an unknown command or a bad option before it is one ``error:`` line."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return parse_args_in_one_line(super().parse_args, ctx, args)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        return parse_args_in_one_line(super().resolve_command, ctx, args)
 
 
 class TunerCommand(TyperCommand):
-    """A command whose usage line and argument list say ``STUDY``, not typer's ``{path}``."""
+    """A command whose usage line and argument list say ``STUDY``, not typer's ``{path}``, and
+    whose usage errors are one ``error:`` line (``_usage_errors``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return parse_args_in_one_line(super().parse_args, ctx, args)
 
     @staticmethod
     def _argument_name(param: Any) -> str:
@@ -78,6 +93,7 @@ def _version(value: bool) -> None:
 
 app = typer.Typer(
     name="tuner",
+    cls=TunerGroup,
     help="Hyperparameter tuning for PyTorch, the Deep Learning Tuning Playbook's way.",
     no_args_is_help=True,
     add_completion=False,
