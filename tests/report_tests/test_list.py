@@ -388,6 +388,15 @@ def test_a_password_in_the_storage_url_never_reaches_the_pointer(
     result = invoke("list", "--output-dir", str(tmp_path / "runs"))
     assert result.exit_code == 2 and "s3cret-pw" not in result.output
     assert f"study {unique_name}: its storage postgresql+psycopg://postgres:***@" in plain(result.stderr)
+    # report by the study's name, no storage given: the pointer cannot be used, and it says why
+    from tuner.orchestrate import redact_url
+
+    message = single_error(invoke("report", unique_name, "--output-dir", str(tmp_path / "runs")))
+    assert message.endswith(
+        f"storage.json names {redact_url(with_password)}, whose password "
+        "tuner never writes down: give it with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD "
+        "(README: Secrets)"
+    ), message
 
 
 def _garbage_db(tmp_path: Path) -> list[str]:

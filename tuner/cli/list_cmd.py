@@ -91,7 +91,7 @@ def list_studies(
         "--output-dir",
         metavar="DIR",
         envvar="TUNER_OUTPUT_DIR",
-        help="Output folder whose DIR/*/study.db are listed.",
+        help="Output folder whose DIR/*/study.db (and DIR/*/storage.json) are listed.",
     ),
     csv_path: Path | None = typer.Option(
         None, "--csv", metavar="PATH", help="Also write one CSV row per study."

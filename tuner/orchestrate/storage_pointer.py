@@ -107,3 +107,18 @@ def remembered_storage(output_dir: Path, study: str) -> str | None:
     except PointerError:
         return None
     return None if pointer.needs_password else pointer.url
+
+
+def password_hint(folder: Path) -> str:
+    """For "no study storage at <folder>/study.db": the storage ``folder``'s pointer names but
+    cannot be used (its password was not kept), as a clause to add; "" when there is none."""
+    try:
+        pointer = read_pointer(Path(folder) / POINTER_FILE)
+    except PointerError:
+        return ""
+    if not pointer.needs_password:
+        return ""
+    return (
+        f"; {pointer.pointer} names {pointer.url}, whose password tuner never writes down: give it "
+        "with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD (README: Secrets)"
+    )

@@ -243,9 +243,12 @@ def open_reader(url: str) -> StorageReader:
         return reader
     normalised = parsed.url
     if parsed.backend is Backend.SQLITE and (parsed.sqlite_file is None or not parsed.sqlite_file.is_file()):
+        from tuner.orchestrate.storage_pointer import password_hint
+
+        hint = password_hint(parsed.sqlite_file.parent) if parsed.sqlite_file is not None else ""
         raise UsageError(
             f"no study storage at {parsed.sqlite_file or url}: nothing has run there "
-            "(check --output-dir / --storage)"
+            f"(check --output-dir / --storage){hint}"
         )
     if parsed.sqlite_file is not None:
         check_sqlite_file(parsed.sqlite_file)
