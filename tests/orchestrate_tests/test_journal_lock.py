@@ -147,7 +147,11 @@ def test_a_grace_that_is_not_seconds_is_one_line_exit_2(
     ids=["default", "short-beats", "short-grace", "explicit"],
 )
 def test_the_lock_is_broken_before_a_stalled_journal_makes_live_trials_look_dead(
-    settings: dict[str, str], grace_s: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: dict[str, str],
+    grace_s: float,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """While a paused writer holds the lock nobody beats; a lock grace at most half the heartbeat
     grace leaves the beats time to land once it is broken, before the beat watch fails trials."""
@@ -156,6 +160,17 @@ def test_the_lock_is_broken_before_a_stalled_journal_makes_live_trials_look_dead
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     assert OwnedSymlinkLock(str(tmp_path / "study.log")).grace_s == grace_s
+    said = capsys.readouterr().err
+    if "TUNER_JOURNAL_LOCK_GRACE_S" in settings:  # the operator's, kept, and said to be too long
+        assert said == (
+            "warning: $TUNER_JOURNAL_LOCK_GRACE_S=45 s is more than half the heartbeat grace (12 s): "
+            "a writer paused while it holds the journal's lock can get live trials failed as stale; "
+            "keep it at 6 s or less (or unset it)\n"
+        )
+        OwnedSymlinkLock(str(tmp_path / "other.log"))
+        assert capsys.readouterr().err == ""  # once per process
+    else:
+        assert said == ""
 
 
 def test_a_lock_file_that_is_not_a_link_is_broken_after_the_grace_too(

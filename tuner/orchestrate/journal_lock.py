@@ -62,9 +62,21 @@ def journal_lock_grace_s() -> float:
     from tuner.orchestrate.env_settings import seconds_setting
     from tuner.orchestrate.heartbeat import heartbeat_settings
 
-    if os.environ.get(GRACE_ENV, "").strip():
-        return seconds_setting(GRACE_ENV, DEFAULT_GRACE_S)
-    return min(DEFAULT_GRACE_S, heartbeat_settings()[1] / 2)
+    beat_grace_s = heartbeat_settings()[1]
+    if not os.environ.get(GRACE_ENV, "").strip():
+        return min(DEFAULT_GRACE_S, beat_grace_s / 2)
+    grace_s = seconds_setting(GRACE_ENV, DEFAULT_GRACE_S)
+    if grace_s > beat_grace_s / 2 and (grace_s, beat_grace_s) not in _WARNED:
+        _WARNED.add((grace_s, beat_grace_s))
+        warn_line(
+            f"${GRACE_ENV}={grace_s:g} s is more than half the heartbeat grace ({beat_grace_s} s): "
+            "a writer paused while it holds the journal's lock can get live trials failed as stale; "
+            f"keep it at {beat_grace_s / 2:g} s or less (or unset it)"
+        )
+    return grace_s
+
+
+_WARNED: set[tuple[float, int]] = set()  # said once per process, not at every journal opened
 
 
 def _holder(path: str) -> str | None:
