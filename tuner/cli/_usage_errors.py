@@ -38,8 +38,6 @@ def parse_args_in_one_line(parse: Callable[..., Any], ctx: Any, args: list[str])
     usage errors made one line."""
     try:
         return parse(ctx, args)
-    except OneLineUsageError:
-        raise
     except CLICK_USAGE_ERROR as error:
         if type(error).__name__ == "NoArgsIsHelpError":  # bare ``tuner``: click's help, as asked
             raise
