@@ -94,29 +94,33 @@ def pointer_paths(output_dir: Path) -> list[Path]:
     return sorted(Path(output_dir).glob(f"*/{POINTER_FILE}")) if Path(output_dir).is_dir() else []
 
 
+def _pointer_in(folder: Path) -> RememberedStorage | None:
+    """``folder``'s pointer, None when it has none that reads as one."""
+    try:
+        return read_pointer(Path(folder) / POINTER_FILE)
+    except PointerError:
+        return None
+
+
 def remembered_storage(output_dir: Path, study: str) -> str | None:
     """The storage ``<output_dir>/<study>/storage.json`` names, for a command given none: so
     ``tuner report`` and round 2 find a study that round 1 ran with ``--storage``. None when the
     default SQLite file exists (it is the study's), or the pointer is missing, unreadable, or
     names a URL whose password tuner did not keep."""
-    folder = Path(output_dir) / study
-    if (folder / "study.db").exists():
+    from tuner.orchestrate.storage_url import default_storage_url, sqlite_file
+
+    default_file = sqlite_file(default_storage_url(output_dir, study))
+    if default_file is not None and default_file.exists():
         return None
-    try:
-        pointer = read_pointer(folder / POINTER_FILE)
-    except PointerError:
-        return None
-    return None if pointer.needs_password else pointer.url
+    pointer = _pointer_in(Path(output_dir) / study)
+    return None if pointer is None or pointer.needs_password else pointer.url
 
 
 def password_hint(folder: Path) -> str:
     """For "no study storage at <folder>/study.db": the storage ``folder``'s pointer names but
     cannot be used (its password was not kept), as a clause to add; "" when there is none."""
-    try:
-        pointer = read_pointer(Path(folder) / POINTER_FILE)
-    except PointerError:
-        return ""
-    if not pointer.needs_password:
+    pointer = _pointer_in(folder)
+    if pointer is None or not pointer.needs_password:
         return ""
     return (
         f"; {pointer.pointer} names {pointer.url}, whose password tuner never writes down: give it "
