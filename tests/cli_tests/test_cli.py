@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -314,6 +315,35 @@ def test_a_mistyped_command_line_through_the_installed_command_is_one_line() -> 
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "error: No such option: --bogus (tuner report -h for help)\n"
+
+
+@pytest.mark.parametrize(("ending", "code"), [("raise SystemExit(3)", 3), ("pass", -signal.SIGINT)])
+def test_a_ctrl_c_on_the_way_out_keeps_the_exit_the_command_chose(
+    tmp_path: Path, ending: str, code: int
+) -> None:
+    """A Ctrl-C that lands after the command chose its exit, before ``main`` ignores the next ones
+    (CI: a completed ``tuner train`` then ended 1 with a KeyboardInterrupt traceback raised in
+    ``signal.signal`` itself): the chosen exit stands. One that lands with no exit chosen (a Ctrl-C
+    the command did not catch) is still a death by SIGINT."""
+    (tmp_path / "late_ctrl_c.py").write_text(
+        "import os, signal\n"
+        "import tuner.cli.app as cli\n"
+        "def command_ending_as_ctrl_c_lands(*args, **kwargs):\n"
+        "    try:\n"
+        f"        {ending}\n"
+        "    finally:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(1000): pass  # the handler runs between bytecodes: here\n"
+        "cli.app = command_ending_as_ctrl_c_lands\n"
+        "cli.main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "late_ctrl_c"],
+        capture_output=True, text=True, timeout=PATIENCE_S, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert ("Traceback" in done.stderr) == (code < 0), done.stderr
 
 
 def test_a_ctrl_c_caught_inside_source_text_exec_still_exits_130(tmp_path: Path) -> None:

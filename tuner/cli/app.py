@@ -146,13 +146,24 @@ app.command("storage-proxy", cls=TunerCommand, short_help="Serve a study databas
 
 def main() -> None:
     try:
-        app(prog_name="tuner")
-    finally:
-        # The command has ended and said how. A Ctrl-C now (the interpreter joining threads and
-        # closing storages) has nothing left to stop, yet as a KeyboardInterrupt there it would
-        # kill the process by SIGINT: exit -2 after the command reported its own exit code.
+        try:
+            app(prog_name="tuner")
+        finally:
+            # The command has ended and said how. A Ctrl-C now (the interpreter joining threads
+            # and closing storages) has nothing left to stop, yet as a KeyboardInterrupt there it
+            # would kill the process by SIGINT: exit -2 after the command reported its own exit code.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _forget_a_caught_ctrl_c()
+    except KeyboardInterrupt as late:
+        # A Ctrl-C that landed after the command had chosen its exit (click's ``sys.exit``), just
+        # before the line above ignored the next ones (CI: inside ``signal.signal`` itself; the
+        # command had printed "completed", then exited 1 with a traceback): the exit stands.
+        chosen = late.__context__
+        if not isinstance(chosen, SystemExit):
+            raise  # a Ctrl-C the command did not catch: as before
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _forget_a_caught_ctrl_c()
+        raise chosen from None
 
 
 def _forget_a_caught_ctrl_c() -> None:
