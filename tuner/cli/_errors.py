@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,37 +31,54 @@ def debug() -> bool:
     return os.environ.get("TUNER_DEBUG", "") not in ("", "0")
 
 
+# Set by ``tuner.cli.app.main``: this process is the command (not a test's in-process runner),
+# and ends with it.
+ENDS_WITH_THE_COMMAND = False
+
+
 def guarded(command: F) -> F:
-    """Wrap a command so no error reaches the user as a traceback."""
+    """Wrap a command so no error reaches the user as a traceback; and, in ``main``, so a Ctrl-C
+    once it has ended (its result said, its exit chosen) is ignored right there: typer turns a
+    KeyboardInterrupt that reaches it into a silent exit 130 (CI: a completed ``tuner train``,
+    Ctrl-C'd as it ended, exited 130 with nothing said), and ``main`` ignores them only later."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort):
-            raise
-        except TunerError as error:
-            if debug():
-                raise
-            error_line(escape(str(error)))
-            raise typer.Exit(error.exit_code) from None
-        except KeyboardInterrupt:
-            error_line("interrupted; run the same command again to continue")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except Exception as error:
-            if debug():
-                raise
-            fault = environment_fault(error)
-            if fault is not None:  # the machine's, not a bug: the user can fix it
-                error_line(escape(fault.message))
-                raise typer.Exit(EXIT_USAGE) from None
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            error_line(
-                escape(
-                    f"{INTERNAL_ERROR_PREFIX} ({type(error).__name__}): {first_line} "
-                    "(set TUNER_DEBUG=1 for the traceback)"
-                )
-            )
-            raise typer.Exit(EXIT_INTERNAL) from None
+            return _guarded_call(command, *args, **kwargs)
+        finally:
+            if ENDS_WITH_THE_COMMAND:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _guarded_call(command: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``command``, its errors made one line and an exit code."""
+    try:
+        return command(*args, **kwargs)
+    except (typer.Exit, typer.Abort):
+        raise
+    except TunerError as error:
+        if debug():
+            raise
+        error_line(escape(str(error)))
+        raise typer.Exit(error.exit_code) from None
+    except KeyboardInterrupt:
+        error_line("interrupted; run the same command again to continue")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception as error:
+        if debug():
+            raise
+        fault = environment_fault(error)
+        if fault is not None:  # the machine's, not a bug: the user can fix it
+            error_line(escape(fault.message))
+            raise typer.Exit(EXIT_USAGE) from None
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        error_line(
+            escape(
+                f"{INTERNAL_ERROR_PREFIX} ({type(error).__name__}): {first_line} "
+                "(set TUNER_DEBUG=1 for the traceback)"
+            )
+        )
+        raise typer.Exit(EXIT_INTERNAL) from None

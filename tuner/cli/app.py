@@ -145,6 +145,9 @@ app.command("storage-proxy", cls=TunerCommand, short_help="Serve a study databas
 
 
 def main() -> None:
+    from tuner.cli import _errors
+
+    _errors.ENDS_WITH_THE_COMMAND = True  # a Ctrl-C after the command ended is ignored (``guarded``)
     try:
         try:
             app(prog_name="tuner")
