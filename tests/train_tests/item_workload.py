@@ -45,7 +45,11 @@ class Items(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         if self.pid_dir and self._recorded != os.getpid():
             self._recorded = os.getpid()
-            Path(self.pid_dir, str(os.getpid())).write_text(str(os.getppid()))
+            # whole or not there: a reader polling the folder must never see an empty file (CI:
+            # ``int('')`` in test_workers_die_with_a_training_process_killed_by_sigkill)
+            partial = Path(self.pid_dir).parent / f".pid-{os.getpid()}.partial"
+            partial.write_text(str(os.getppid()))
+            os.replace(partial, Path(self.pid_dir, str(os.getpid())))
         if self.sleep_s:
             time.sleep(self.sleep_s)
         if self.fail:
