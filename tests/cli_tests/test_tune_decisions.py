@@ -80,18 +80,33 @@ def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tm
     assert payload["plan"]["steps_ran"] <= 1000
 
 
-def _rounds_1_and_2_done(tmp_path: Path, best_step: int, *, failed: bool = False) -> tuple[Any, list[Any]]:
+def _rounds_1_and_2_done(
+    tmp_path: Path, best_step: int, *, failed: bool = False, weight_decay: bool = False, eval_every: int = 10
+) -> tuple[Any, list[Any]]:
     """Rounds 1 and 2 built, not trained (round 1: 8 trials of 10 steps; round 2: its 3 points at
     max_train_steps 80, one seed, every best step at ``best_step``; ``failed``: the third point
-    failed), and their stages as a tune of ``--budget 1000`` left them done."""
+    failed; ``weight_decay``: searched beside the LR), and their stages as a tune of ``--budget
+    1000`` left them done."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
 
-    built = study(tmp_path, round1={"steps": 10, "trials": 8}, max_train_steps=80)
+    space: dict[str, Any] = {"optimizer.lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}}
+    if weight_decay:
+        space["optimizer.weight_decay"] = {"type": "float", "low": 1e-5, "high": 0.1, "log": True}
+    built = study(
+        tmp_path,
+        round1={"steps": 10, "trials": 8},
+        max_train_steps=80,
+        search_space=space,
+        eval_every=eval_every,
+    )
     phase = built.start("round-1")
     for slot in range(8):
-        add_trial(phase, slot, 0.1 + 0.01 * slot, {"optimizer.lr": 0.02 * (slot + 1)}, best_step=10)
+        params = {"optimizer.lr": 0.02 * (slot + 1)} | (
+            {"optimizer.weight_decay": 1e-3} if weight_decay else {}
+        )
+        add_trial(phase, slot, 0.1 + 0.01 * slot, params, best_step=10)
     second = built.start("round-2")
     for slot, planned in enumerate(load_plan(second.user_attrs).slots):  # type: ignore[union-attr]
         if failed and slot == 2:
@@ -149,6 +164,45 @@ def test_the_round_after_round_2_is_decided_on_its_report(
         assert model["seeds"]["seeds"] == 3  # each point's run of round 2 and its 2 of round 3
         assert {r["phase"] for r in model["seeds"]["runs"]} == {"round-2", "round-3"}
     assert payload["plan"]["steps_ran"] <= 1000
+
+
+@pytest.mark.parametrize(
+    ("swept", "best_step"),
+    [(True, 40), (False, 40), (True, 5)],
+    ids=["length-from-sweep-lr", "length-from-the-file", "best-steps-early"],
+)
+def test_a_length_sweep_lr_measured_without_the_searched_regularisation_is_tried_longer(
+    tmp_path: Path, swept: bool, best_step: int
+) -> None:
+    """Round 2's best steps mid-run ("looks right"), weight decay searched: when tune set the
+    length by sweep-lr (which trains with weight decay off), round 3 trains the chosen point
+    longer (the playbook: regularisation slows training; a position verdict under a decaying
+    schedule cannot show it); when the length was the file's, or the best steps came early (5 of
+    80: the length is too long, as on noisy labels), round 2's points get more seeds."""
+    from tuner.playbook.decision_log import Stage
+
+    built, stages = _rounds_1_and_2_done(tmp_path, best_step, weight_decay=True, eval_every=5)
+    if swept:
+        stages.insert(
+            0, Stage("toy", "sweep-lr", str(built.path), [], 4, 0, True, done=True, steps_per_trial=80)
+        )
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
+    if swept and best_step == 40:
+        assert decision["kind"] == "round3_longer"
+        assert decision["numbers"]["unregularised_length"] is True
+        assert decision["numbers"]["still_improving"] is False
+        assert (
+            "round 3: round 2's length is sweep-lr's, measured with optimizer.weight_decay off"
+            in decision["text"]
+        )
+        assert "80 -> 320 steps" in decision["text"]
+    else:
+        assert decision["kind"] == "round3_seeds"
+        assert "its runs were not still improving" in decision["text"]
+        assert decision["numbers"]["unregularised_length"] is False
 
 
 def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_path: Path) -> None:

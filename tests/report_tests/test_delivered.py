@@ -221,6 +221,34 @@ def test_a_longer_round_is_a_point_of_its_own_compared_by_its_mean(
     assert longer_runs["level"] == {"better": "ok", "within": "info", "worse": "warning"}[told.split()[0]]
 
 
+def test_a_point_trained_longer_on_one_seed_shows_its_spread_at_the_shorter_length(tmp_path: Path) -> None:
+    # round 2: A on 2 seeds (0.10, 0.14), B on 2 (0.12, 0.13); round 3 trains A at 80 steps on 1
+    # seed (0.05): delivered from round 3, whose spread is unmeasured; A's at 40 steps stands in
+    built = study(
+        tmp_path / "s", round2={"top_k": 2, "seeds": 2}, round3={"top_k": 1, "seeds": 1, "steps": 80}
+    )
+    _round1(built)
+    _round2(built, [0.10, 0.14, 0.12, 0.13])
+    _round2(built, [0.05], name="round-3")
+    delivered = _delivered_json(built)
+    assert (delivered["phase"], delivered["seeds"]["seeds"]) == ("round-3", 1)
+    other = delivered["seeds_at_another_length"]
+    assert (other["steps"], other["seeds"], other["min"], other["max"]) == (40, 2, 0.10, 0.14)
+    assert other["mean"] == pytest.approx(0.12)
+    assert {r["phase"] for r in other["runs"]} == {"round-2"}
+    text = " ".join(plain(invoke("report", "toy", "--output-dir", str(built.output_dir)).stdout).split())
+    assert (
+        "seeds 1 seed: no spread measured at its length; the same point at 40 steps: mean 0.12 over 2 "
+        "seeds (0.1-0.14)" in text
+    )
+    # a point run once with no other length measured: the setting that would measure it, as before
+    built = study(tmp_path / "t", round2={"top_k": 2})
+    _round1(built)
+    _round2(built, [0.10, 0.12])
+    delivered = _delivered_json(built)
+    assert delivered["seeds"]["seeds"] == 1 and delivered["seeds_at_another_length"] is None
+
+
 def test_several_points_trained_longer_are_counted_better_worse_and_within_the_noise(tmp_path: Path) -> None:
     built = study(tmp_path / "s", round2={"top_k": 2}, round3={"top_k": 2, "steps": 80})
     _round1(built)

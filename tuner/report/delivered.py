@@ -96,11 +96,18 @@ class DeliveredModel:
     why_not: str | None  # "round 1 trains at a fraction of max_train_steps, 8 of 40 steps"
     next_step: str | None  # "run round 2 (tuner run-round STUDY --round 2)"
     unfinished: int  # the phase's trials still running or waiting: the choice may change
+    #: a point run once (``tune``'s longer round on one seed): the same point's spread over seeds
+    #: at another length, and that length, when a round measured it there
+    shorter: tuple[int, SeedSpread] | None = None
 
     @property
     def spread_text(self) -> str:
-        """The spread in words; for one seed, the round setting that would measure it."""
+        """The spread in words; for one seed, the same point's spread at another length if a
+        round measured it, else the round setting that would measure it."""
         text = self.spread.describe()
+        if self.spread.seeds == 1 and self.shorter is not None:
+            steps, spread = self.shorter
+            return f"{text} at its length; the same point at {steps} steps: {spread.describe()}"
         if self.spread.seeds == 1:
             text += f" (rounds.{self.run.phase.replace('-', '')}.seeds: 2 or more measures it)"
         return text
@@ -123,6 +130,9 @@ class DeliveredModel:
             "unfinished": self.unfinished,
             **self.run.to_json(),
             "seeds": self.spread.to_json(),
+            "seeds_at_another_length": None
+            if self.shorter is None
+            else {"steps": self.shorter[0], **self.shorter[1].to_json()},
         }
 
 
@@ -138,20 +148,14 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
         return None
     full = [p for p in rounds if (round_number(p.phase) or 0) >= 2 and _full_length(p)]
     candidates = full or rounds[:1]
-    chosen, home = _chosen_point(candidates)
+    points, home = _points(candidates)
+    chosen = points[0]
     best = chosen.best_run(candidates[0].direction)
     phase, slot = home[id(best)]
     number = round_number(phase.phase) or 1
     run = best_trial(phase, slot)
     assert run is not None
-    spread = SeedSpread(
-        mean=chosen.value,
-        low=min(chosen.values),
-        high=max(chosen.values),
-        seeds=len(chosen.runs),
-        trials=[home[id(t)][1].slot for t in chosen.runs if home[id(t)][0] is phase],
-        runs=[(home[id(t)][0].phase, home[id(t)][1].slot) for t in chosen.runs],
-    )
+    spread = _spread(chosen, home, phase)
     unfinished = sum(len(p.with_state(SlotState.RUNNING, SlotState.WAITING)) for p in candidates)
     return DeliveredModel(
         delivered=bool(full),
@@ -161,12 +165,44 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
         why_not=None if full else _why_not(phase, number),
         next_step=None if full else _next_step(phase, number + 1),
         unfinished=unfinished,
+        shorter=_at_another_length(chosen, points, home) if spread.seeds == 1 else None,
     )
 
 
-def _chosen_point(phases: list[PhaseData]) -> tuple[RankedPoint, dict[int, tuple[PhaseData, TrialSlot]]]:
-    """The best point of ``phases`` by the rule (its runs pooled across them per length), and each
-    run's phase and slot (by ``id`` of the stored trial)."""
+def _spread(point: RankedPoint, home: dict[int, tuple[PhaseData, TrialSlot]], phase: PhaseData) -> SeedSpread:
+    """``point``'s objective over its seed runs (``trials``: those in ``phase``)."""
+    return SeedSpread(
+        mean=point.value,
+        low=min(point.values),
+        high=max(point.values),
+        seeds=len(point.runs),
+        trials=[home[id(t)][1].slot for t in point.runs if home[id(t)][0] is phase],
+        runs=[(home[id(t)][0].phase, home[id(t)][1].slot) for t in point.runs],
+    )
+
+
+def _at_another_length(
+    chosen: RankedPoint, points: list[RankedPoint], home: dict[int, tuple[PhaseData, TrialSlot]]
+) -> tuple[int, SeedSpread] | None:
+    """The chosen point (run once) as another round trained it at another length on 2 or more
+    seeds: that length and its spread (the most seeds first), or None."""
+    first = chosen.runs[0]
+    key = point_key(home[id(first)][0].plan, first)
+    measured = [
+        p for p in points if len(p.runs) >= 2 and point_key(home[id(p.runs[0])][0].plan, p.runs[0]) == key
+    ]
+    if not measured:
+        return None
+    other = max(measured, key=lambda p: len(p.runs))
+    phase = home[id(other.runs[0])][0]
+    if phase.plan is None:
+        return None
+    return phase.plan.trial_steps, _spread(other, home, phase)
+
+
+def _points(phases: list[PhaseData]) -> tuple[list[RankedPoint], dict[int, tuple[PhaseData, TrialSlot]]]:
+    """The points of ``phases`` ranked by the rule, best first (a point's runs pooled across
+    them per length), and each run's phase and slot (by ``id`` of the stored trial)."""
     groups: dict[tuple[int | None, str], list[Any]] = {}
     home: dict[int, tuple[PhaseData, TrialSlot]] = {}
     for phase in phases:
@@ -176,7 +212,7 @@ def _chosen_point(phases: list[PhaseData]) -> tuple[RankedPoint, dict[int, tuple
             home[id(run)] = (phase, slot)
             groups.setdefault((length, point_key(phase.plan, run)), []).append(run)
     points = [RankedPoint(sorted(runs, key=seed_of)) for runs in groups.values()]
-    return ranked(points, phases[0].direction)[0], home
+    return ranked(points, phases[0].direction), home
 
 
 def _full_length(phase: PhaseData) -> bool:

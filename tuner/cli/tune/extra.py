@@ -60,6 +60,40 @@ def still_improving(report: PhaseReport | None) -> str | None:
     return None
 
 
+def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: PhaseReport | None) -> str | None:
+    """Why the round's length may be too short though its runs were not still improving, else
+    None: ``tune`` set ``max_train_steps`` by sweep-lr, which trains with the searched
+    regularisation off, and the round's best steps were not early (then the length is too long,
+    not too short: noisy labels).
+
+    The playbook (seeds/002, "Deciding how long to train"): data augmentation and regularisation
+    such as dropout add gradient noise, which slows training and raises the steps a given
+    validation loss needs; the ideal length changes when they are added; if in doubt, train
+    longer (best-step checkpoints keep a longer run from costing quality). A position verdict
+    cannot see it under a decaying schedule: measured on the outcome benchmark's augmented CNN,
+    round 2 at sweep-lr's 125-175 steps had its best steps at 64-86% ("looks right"), and its
+    chosen points trained 600 steps had a third to half the test error (0.0417 -> 0.0194,
+    0.0444 -> 0.0250, 0.0194 -> 0.0139)."""
+    from tuner.playbook.phase_names import SWEEP_PHASE
+    from tuner.playbook.sweep_phase import sweep_overrides
+
+    if report is None or report.best_step is None:
+        return None
+    if not any(stage.phase == SWEEP_PHASE for stage in context.state.stages):
+        return None  # the length is the user's (or a sweep's run before tune)
+    if any(finding.kind == "best_step_early" for finding in report.best_step.findings):
+        return None
+    spec = loaded.spec
+    off = sorted(key for key in sweep_overrides(spec) if key in spec.search_space)
+    if not off:
+        return None
+    return (
+        f"length is sweep-lr's, measured with {', '.join(off)} off, which the rounds search; "
+        "regularisation slows training (the playbook), and a position verdict under a decaying "
+        "schedule cannot show it"
+    )
+
+
 def after_last_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
     """The file's last round's transfer in the log, then the extra round's stage (None: none
     runs; the driver runs it). The last round's report is built once, and only if one of them
@@ -121,13 +155,14 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     points = _completed_points(report)
     as_ran = LaterRound(last, points, ran.seeds, 1, before.steps_per_trial)
     late = still_improving(report)
+    unregularised = None if late is not None else unregularised_length(context, loaded, report)
     left = max(context.left(), 0)
     switches = context.request.switches
     shape = shape_extra_round(
         left,
         as_ran,
         spec.training.eval_every,
-        still_improving=late is not None,
+        still_improving=late is not None or unregularised is not None,
         seeds_allowed=switches.extra_seeds,
     )
     if shape is None:
@@ -153,14 +188,16 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     )
     stage.steps_per_trial = shape.steps
     if shape.kind is ExtraKind.LONGER:
+        why = f"round {last}'s report says {late}" if late is not None else f"round {last}'s {unregularised}"
         text = (
-            f"round {shape.number}: round {last}'s report says {late}: its chosen point trains longer, "
+            f"round {shape.number}: {why}: its chosen point trains longer, "
             f"{as_ran.steps} -> {shape.steps} steps ({shape.steps / as_ran.steps:.3g}x: the longest, up to "
             f"4x, that the {left:,} steps left hold on {shape.seeds} new seeds), the schedule extended; the "
             "delivered model is the better of the two lengths by mean over seeds"
         )
     else:
-        why = "its runs were not still improving" if late is None else "no longer run fits the steps left"
+        longer = late is not None or unregularised is not None
+        why = "no longer run fits the steps left" if longer else "its runs were not still improving"
         found = transfer_text(report)
         if found is not None and found[0] != "good":
             why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
@@ -169,7 +206,12 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
             f"{'s' if shape.seeds != 1 else ''} each at {shape.steps} steps ({why}); the delivered model "
             f"pools each point's runs over rounds {last} and {shape.number}"
         )
-    numbers = {**shape.to_json(), "left": left, "still_improving": late is not None}
+    numbers = {
+        **shape.to_json(),
+        "left": left,
+        "still_improving": late is not None,
+        "unregularised_length": unregularised is not None,
+    }
     return context.record(
         stage, Decision(f"round{shape.number}_{shape.kind.value}", stage.key, text, numbers)
     )
