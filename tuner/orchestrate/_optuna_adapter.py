@@ -58,6 +58,33 @@ def trial_for_sampling(study: Any, trial_id_: int) -> Any:
     return optuna.trial.Trial(study, trial_id_)
 
 
+def grpc_storage_proxy(host: str, port: int) -> Any:
+    """Optuna's ``GrpcStorageProxy`` whose trial list never misses a trial for good.
+
+    Private (``GrpcStorageProxy._cache``): the client caches a study's trials and afterwards asks
+    the proxy only for trials with a larger id than the last finished one it has seen, plus the
+    unfinished ones it knows (``GrpcClientCache._read_trials_from_remote_storage``, Optuna 4.2 to
+    5.0). A trial created by another process just before a later one that finished first (ids come
+    from the database's sequence; the proxy's own cache adds a trial once its insert returns) can
+    be absent from one answer and then never asked for again: that worker's view lacks it for the
+    rest of its life. Seen in CI here: 8 processes claiming 200 trials, one process waiting for
+    ever on a slot whose trial it could not see, though all 200 were complete. A trial's number is
+    its rank among the study's trials, so a view with a gap in the numbers has missed one: the
+    study's cache is then dropped and read again whole (rare: only when the race happened).
+    """
+    import optuna
+
+    class _GapFreeProxy(optuna.storages.GrpcStorageProxy):
+        def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
+            trials = super().get_all_trials(study_id, deepcopy=deepcopy)
+            if trials and trials[-1].number != len(trials) - 1:  # sorted by number
+                self._cache.delete_study_cache(study_id)
+                trials = super().get_all_trials(study_id, deepcopy=deepcopy)
+            return trials if states is None else [t for t in trials if t.state in states]
+
+    return _GapFreeProxy(host=host, port=port)
+
+
 def grpc_proxy_server(storage: Any, host: str, port: int, thread_pool: Any) -> Any:
     """Optuna's gRPC storage proxy server for ``storage``, bound and not yet started.
 

@@ -315,12 +315,11 @@ def open_grpc_proxy(host: str, port: int, *, wait_out_outage: bool = False) -> A
     address where nothing answers within ``PROXY_ANSWER_S`` is one line (exit 2), not a gRPC
     error later. ``wait_out_outage`` (a worker): waited for as an outage instead (a proxy being
     restarted), then the same line."""
-    import optuna
-
     from tuner.orchestrate import outage
+    from tuner.orchestrate._optuna_adapter import grpc_storage_proxy
 
     quiet_optuna()
-    proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    proxy = grpc_storage_proxy(host, port)
     tries = 0
     while True:
         try:  # waiting out: short looks, with a stop signal obeyed between them (``outage.wait``)
