@@ -96,17 +96,17 @@ class DeliveredModel:
     why_not: str | None  # "round 1 trains at a fraction of max_train_steps, 8 of 40 steps"
     next_step: str | None  # "run round 2 (tuner run-round STUDY --round 2)"
     unfinished: int  # the phase's trials still running or waiting: the choice may change
-    #: a point run once (``tune``'s longer round on one seed): the same point's spread over seeds
-    #: at another length, and that length, when a round measured it there
-    shorter: tuple[int, SeedSpread] | None = None
+    #: a point run once (a study file's round 3 with ``seeds: 1``, say): the same point's spread
+    #: over seeds at another length, and that length, when a round measured it there
+    at_another_length: tuple[int, SeedSpread] | None = None
 
     @property
     def spread_text(self) -> str:
         """The spread in words; for one seed, the same point's spread at another length if a
         round measured it, else the round setting that would measure it."""
         text = self.spread.describe()
-        if self.spread.seeds == 1 and self.shorter is not None:
-            steps, spread = self.shorter
+        if self.spread.seeds == 1 and self.at_another_length is not None:
+            steps, spread = self.at_another_length
             return f"{text} at its length; the same point at {steps} steps: {spread.describe()}"
         if self.spread.seeds == 1:
             text += f" (rounds.{self.run.phase.replace('-', '')}.seeds: 2 or more measures it)"
@@ -131,8 +131,8 @@ class DeliveredModel:
             **self.run.to_json(),
             "seeds": self.spread.to_json(),
             "seeds_at_another_length": None
-            if self.shorter is None
-            else {"steps": self.shorter[0], **self.shorter[1].to_json()},
+            if self.at_another_length is None
+            else {"steps": self.at_another_length[0], **self.at_another_length[1].to_json()},
         }
 
 
@@ -165,7 +165,7 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
         why_not=None if full else _why_not(phase, number),
         next_step=None if full else _next_step(phase, number + 1),
         unfinished=unfinished,
-        shorter=_at_another_length(chosen, points, home) if spread.seeds == 1 else None,
+        at_another_length=_at_another_length(chosen, points, home) if spread.seeds == 1 else None,
     )
 
 
