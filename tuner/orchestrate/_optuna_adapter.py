@@ -67,7 +67,7 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
     5.0). A trial created by another process just before a later one that finished first (ids come
     from the database's sequence; the proxy's own cache adds a trial once its insert returns) can
     be absent from one answer and then never asked for again: that worker's view lacks it for the
-    rest of its life. Seen in CI here: 8 processes claiming 200 trials, one process waiting for
+    rest of its life. Seen in a local suite run here: 8 processes claiming 200 trials, one process waiting for
     ever on a slot whose trial it could not see, though all 200 were complete. A trial's number is
     its rank among the study's trials, so a view with a gap in the numbers has missed one: the
     study's cache is then dropped and read again whole (rare: only when the race happened).

@@ -156,13 +156,17 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     as_ran = LaterRound(last, points, ran.seeds, 1, before.steps_per_trial)
     late = still_improving(report)
     unregularised = None if late is not None else unregularised_length(context, loaded, report)
+    if late is not None:
+        why_longer: str | None = f"round {last}'s report says {late}"
+    else:
+        why_longer = None if unregularised is None else f"round {last}'s {unregularised}"
     left = max(context.left(), 0)
     switches = context.request.switches
     shape = shape_extra_round(
         left,
         as_ran,
         spec.training.eval_every,
-        still_improving=late is not None or unregularised is not None,
+        still_improving=why_longer is not None,
         seeds_allowed=switches.extra_seeds,
     )
     if shape is None:
@@ -188,16 +192,14 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     )
     stage.steps_per_trial = shape.steps
     if shape.kind is ExtraKind.LONGER:
-        why = f"round {last}'s report says {late}" if late is not None else f"round {last}'s {unregularised}"
         text = (
-            f"round {shape.number}: {why}: its chosen point trains longer, "
+            f"round {shape.number}: {why_longer}: its chosen point trains longer, "
             f"{as_ran.steps} -> {shape.steps} steps ({shape.steps / as_ran.steps:.3g}x: the longest, up to "
             f"4x, that the {left:,} steps left hold on {shape.seeds} new seeds), the schedule extended; the "
             "delivered model is the better of the two lengths by mean over seeds"
         )
     else:
-        longer = late is not None or unregularised is not None
-        why = "no longer run fits the steps left" if longer else "its runs were not still improving"
+        why = "no longer run fits the steps left" if why_longer else "its runs were not still improving"
         found = transfer_text(report)
         if found is not None and found[0] != "good":
             why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
