@@ -205,6 +205,27 @@ def test_a_length_sweep_lr_measured_without_the_searched_regularisation_is_tried
         assert decision["numbers"]["unregularised_length"] is False
 
 
+def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_path: Path) -> None:
+    """sweep-lr ran on the user's study (``base``: its length 160); round 1's report then set
+    the length to 80 in the next study (``toy``), whose rounds 1 and 2 ran with best steps mid-run:
+    that length came from runs with weight decay on, not from the sweep, so round 3 gives the
+    points more seeds and the log does not call the length sweep-lr's."""
+    from tests.report_tests.builders import Built, study
+    from tuner.playbook.decision_log import Stage
+
+    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    home_path = study(tmp_path / "home", name="base", max_train_steps=160).path
+    home = Built(home_path, built.output_dir, "base")
+    stages.insert(0, Stage("base", "sweep-lr", str(home.path), [], 4, 0, True, done=True, steps_per_trial=80))
+    store_tune_state(home, stages, "1000", 1000)
+    done = run_tuner(*tune_args(home, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
+    assert decision["kind"] == "round3_seeds", decision["text"]
+    assert decision["numbers"]["unregularised_length"] is False
+    assert "sweep-lr" not in decision["text"]
+
+
 def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_path: Path) -> None:
     """Ctrl-C after round 3 was decided (its stage stored, not run): the same command runs it with
     the stored ``--set`` values (2 seeds of 160 steps, though round 2's report would now decide

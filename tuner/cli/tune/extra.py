@@ -63,8 +63,9 @@ def still_improving(report: PhaseReport | None) -> str | None:
 def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: PhaseReport | None) -> str | None:
     """Why the round's length may be too short though its runs were not still improving, else
     None: ``tune`` set ``max_train_steps`` by sweep-lr, which trains with the searched
-    regularisation off, and the round's best steps were not early (then the length is too long,
-    not too short: noisy labels).
+    regularisation off, no report's suggestion changed it since (a length from best steps
+    measured with the regularisation on is not what the sweep measured), and the round's best
+    steps were not early (then the length is too long, not too short: noisy labels).
 
     The playbook (seeds/002, "Deciding how long to train"): data augmentation and regularisation
     such as dropout add gradient noise, which slows training and raises the steps a given
@@ -74,15 +75,19 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
     round 2 at sweep-lr's 125-175 steps had its best steps at 64-86% ("looks right"), and its
     chosen points trained 600 steps had a third to half the test error (0.0417 -> 0.0194,
     0.0444 -> 0.0250, 0.0194 -> 0.0139)."""
+    from tuner.cli.tune.studies import production
     from tuner.playbook.phase_names import SWEEP_PHASE
     from tuner.playbook.sweep_phase import sweep_overrides
 
     if report is None or report.best_step is None:
         return None
-    if not any(stage.phase == SWEEP_PHASE for stage in context.state.stages):
+    sweep = next((stage for stage in context.state.stages if stage.phase == SWEEP_PHASE), None)
+    if sweep is None:
         return None  # the length is the user's (or a sweep's run before tune)
     if any(finding.kind == "best_step_early" for finding in report.best_step.findings):
         return None
+    if production(context, loaded) != production(context, _study_of(context, sweep)):
+        return None  # a report's suggestion set the length since: it is no longer sweep-lr's
     spec = loaded.spec
     off = sorted(key for key in sweep_overrides(spec) if key in spec.search_space)
     if not off:
@@ -92,6 +97,14 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
         "regularisation slows training (the playbook), and a position verdict under a decaying "
         "schedule cannot show it"
     )
+
+
+def _study_of(context: TuneContext, stage: Stage) -> LoadedStudy:
+    """The study ``stage`` ran, with the ``--set`` values tune gives it."""
+    from tuner.cli.tune.studies import base_sets
+    from tuner.spec import load_study
+
+    return load_study(Path(stage.study_file), base_sets(context))
 
 
 def after_last_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
