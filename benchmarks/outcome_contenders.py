@@ -114,10 +114,12 @@ def run_tuner(
     decided = {d["kind"]: d for d in payload["decisions"]}
     round1 = [s for s in payload["stages"] if s["phase"] == "round-1"]
     notes = f"tune {' '.join(extra)}; " if extra else ""
-    notes += f"max_train_steps {model['max_train_steps']}"
+    # the delivered run's own length (a longer extra round's, say), not the study's max_train_steps
+    notes += f"delivered run of {model['max_train_steps']} steps"
     if "max_train_steps_fallback" in decided:
         early = "2 x that best step" in decided["max_train_steps_fallback"]["text"]
-        notes += " (nothing fit: " + ("2 x the sweep's early best step" if early else "the sweep's cap") + ")"
+        length = "2 x the sweep's early best step" if early else "the sweep's cap"
+        notes += f"; sweep-lr: nothing fit, the rounds train {length}"
     notes += "; round 1 --trials " + " then ".join(str(s["trials"]) for s in round1)
     return Delivered(
         Path(model["checkpoint"]),
