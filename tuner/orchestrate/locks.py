@@ -43,7 +43,7 @@ from typing import Any
 from tuner.orchestrate.retry_log import note_retry
 
 
-def _lock_key(name: str) -> int:
+def lock_key(name: str) -> int:
     """A stable signed 64-bit key for ``pg_advisory_xact_lock``."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
@@ -87,7 +87,7 @@ def sqlite_lock_path(url: str, name: str) -> Path | None:
     if database is None:
         return None
     path = database.resolve()
-    return path.with_name(f".{path.name}.{_lock_key(name) & 0xFFFFFFFF:08x}.lock")
+    return path.with_name(f".{path.name}.{lock_key(name) & 0xFFFFFFFF:08x}.lock")
 
 
 def has_lock(storage: Any) -> bool:
@@ -169,7 +169,7 @@ def _postgres_lock(storage: Any, name: str, wait_s: float | None) -> Iterator[Ph
     and the lock with it; the commit that ends the hold tells whether it survived."""
     from sqlalchemy import text
 
-    key = {"key": _lock_key(name)}
+    key = {"key": lock_key(name)}
     held = PhaseLock()
     connection = storage.engine.connect()
     try:

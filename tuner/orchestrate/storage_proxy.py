@@ -23,7 +23,7 @@ from tuner.errors import UsageError
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.locks import end_stalled_transactions
-from tuner.orchestrate.storage import _scrub, quiet_optuna, redact_url
+from tuner.orchestrate.storage import _scrub, new_rdb_storage, quiet_optuna, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -67,7 +67,7 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
     if parsed.in_memory:
         raise UsageError(f"--storage {redact_url(url)} is an in-memory database: give postgresql://...")
     try:
-        rdb = optuna.storages.RDBStorage(
+        rdb = new_rdb_storage(
             parsed.url,
             engine_kwargs={
                 "pool_size": threads,
