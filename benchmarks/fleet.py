@@ -19,6 +19,9 @@ For each W:
   database over the command, divided by its trials. Every storage call is one transaction;
   the command's own progress view is counted too (a user runs it);
 - **connections**: the most ``pg_stat_activity`` showed on the database, sampled every 0.2 s;
+- **client-cache re-reads** (gRPC): how often a process read the whole study again because
+  Optuna's proxy client had missed a trial (``_optuna_adapter.grpc_storage_proxy``), per trial;
+  storage errors retried are said too (both from ``$TUNER_STORAGE_RETRY_LOG``);
 - **worker RSS**: a working worker's resident memory (``worker_rss_mb``, recorded with each
   trial; median) against an idle one's: a ``tuner worker`` started on the finished phase, which
   finds nothing to claim (peak RSS of the whole process, from ``wait4``). An idle worker must not
@@ -87,6 +90,10 @@ class FleetRun:
     idle_worker_rss_mb: float
     duplicates: int = 0  # trials that lost a race for their slot (no lock: the gRPC proxy)
     refused_samples: int = 0  # connection samples refused: the server at max_connections
+    # studies read again whole because the proxy's client cache had missed a trial, and storage
+    # errors retried, over every process of the command (``$TUNER_STORAGE_RETRY_LOG``)
+    rereads: int = 0
+    retried: int = 0
 
 
 class _PostgresWatch:
@@ -234,13 +241,17 @@ def _measure(
         sys.executable, "-m", "tuner", "run-round", str(study), "--round", "1", "--workers", str(workers),
         "--no-progress", "--output-dir", str(output), "--storage", url,
     ]  # fmt: skip
+    absorbed = output / "storage-retries.log"  # what every process absorbed (``retry_log``)
+    env = {**os.environ, "TUNER_STORAGE_RETRY_LOG": str(absorbed)}
     launched = time.time()
     elapsed = stopwatch()
     if watch:
         with watch:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+            done = subprocess.run(
+                command, capture_output=True, text=True, cwd=REPO_ROOT, check=False, env=env
+            )
     else:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False, env=env)
     wall = elapsed()
     if done.returncode != 0:
         tail = done.stderr[-500:]
@@ -256,6 +267,8 @@ def _measure(
     turnaround = _turnarounds(done_trials)
     idle_rss = _idle_worker_rss_mb(study, output, url)
     duplicates = sum(DUPLICATE_ATTR in t.user_attrs for t in phase.trials)
+    absorbed_lines = absorbed.read_text().splitlines() if absorbed.exists() else []
+    rereads = sum(line.startswith("reread:") for line in absorbed_lines)
     if storage_kind not in FILE_STORAGES:
         for study_name in (f"{name}/round-1", name):  # keep the shared database small
             with contextlib.suppress(KeyError):
@@ -275,6 +288,8 @@ def _measure(
         worker_rss_mb=statistics.median(t.user_attrs["worker_rss_mb"] for t in done_trials),
         idle_worker_rss_mb=idle_rss,
         duplicates=duplicates,
+        rereads=rereads,
+        retried=len(absorbed_lines) - rereads,
     )
 
 
@@ -333,6 +348,8 @@ def _line(run: FleetRun) -> str:
         f"p50 {run.turnaround_p50_s * 1e3:.0f} ms p99 {run.turnaround_p99_s * 1e3:.0f} ms{extra}; "
         f"worker RSS {run.worker_rss_mb:.0f} MB working, {run.idle_worker_rss_mb:.0f} MB idle"
         + (f"; {run.duplicates} duplicate trials yielded" if run.storage in LOCK_FREE else "")
+        + (f"; {run.rereads} client-cache re-reads of the study" if run.storage == "grpc" else "")
+        + (f"; {run.retried} storage errors retried" if run.retried else "")
     )
 
 
@@ -351,6 +368,10 @@ def _results(run: FleetRun) -> list[Result]:
         ]
     if run.storage in LOCK_FREE:
         results.append(Result(NAME, f"duplicate trials yielded, {tag}", run.duplicates, "{:.0f}"))
+    if run.storage == "grpc":  # each a read of the whole study (``_optuna_adapter.grpc_storage_proxy``)
+        results.append(
+            Result(NAME, f"client-cache re-reads per trial, {tag}", run.rereads / run.trials, "{:.2f}")
+        )
     if run.workers == 1:  # the same process whatever W: once per storage is enough
         results += [
             Result(NAME, f"working worker RSS, {run.storage}", run.worker_rss_mb, "{:.0f} MB"),

@@ -323,6 +323,7 @@ def test_a_trial_the_proxys_client_cache_missed_is_read_again(proxy_url: str, un
     import optuna
     from optuna.trial import TrialState
 
+    from tuner.orchestrate.retry_log import retries
     from tuner.orchestrate.storage import open_storage
 
     storage = open_storage(proxy_url)
@@ -338,7 +339,11 @@ def test_a_trial_the_proxys_client_cache_missed_is_read_again(proxy_url: str, un
         del client._cache.studies[study_id].trials[1]  # the race's outcome
     assert [t.number for t in stock.get_all_trials(study_id)] == [0, 2]  # Optuna's: missing for good
     assert [t.number for t in stock.get_all_trials(study_id)] == [0, 2]
+    rereads = retries.reread
     assert [t.number for t in storage.get_all_trials(study_id)] == [0, 1, 2]
+    assert retries.reread == rereads + 1  # counted (the fleet benchmark reports how often)
+    assert [t.number for t in storage.get_all_trials(study_id)] == [0, 1, 2]
+    assert retries.reread == rereads + 1  # read whole once: no gap any more
     assert [t.number for t in storage.get_all_trials(study_id, states=(TrialState.COMPLETE,))] == [0, 1, 2]
     assert storage.get_all_trials(study_id, states=(TrialState.RUNNING,)) == []
     stock.close()

@@ -74,10 +74,13 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
     """
     import optuna
 
+    from tuner.orchestrate.retry_log import note_reread
+
     class _GapFreeProxy(optuna.storages.GrpcStorageProxy):
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             trials = super().get_all_trials(study_id, deepcopy=deepcopy)
             if trials and trials[-1].number != len(trials) - 1:  # sorted by number
+                note_reread(study_id, len(trials), trials[-1].number)
                 self._cache.delete_study_cache(study_id)
                 trials = super().get_all_trials(study_id, deepcopy=deepcopy)
             return trials if states is None else [t for t in trials if t.state in states]

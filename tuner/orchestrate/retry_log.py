@@ -21,6 +21,9 @@ class RetryCounts:
 
     total: int = 0
     locked: int = 0  # SQLite's "database is locked": should never happen (WAL, busy timeout)
+    # a study read again whole because the gRPC proxy's client cache had missed a trial
+    # (``_optuna_adapter.grpc_storage_proxy``): not an error, but a full read each time
+    reread: int = 0
 
 
 retries = RetryCounts()
@@ -35,3 +38,14 @@ def note_retry(error: BaseException) -> None:
     if log:
         with contextlib.suppress(OSError), open(log, "a") as handle:
             handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
+
+
+def note_reread(study_id: int, numbers: int, last: int) -> None:
+    """Count (and log to ``$TUNER_STORAGE_RETRY_LOG``) a study read again whole: the gRPC proxy's
+    client cache held ``numbers`` trials up to number ``last`` (a gap: it had missed one). The
+    fleet benchmark counts these to show what the re-read costs a large fleet."""
+    retries.reread += 1
+    log = os.environ.get(RETRY_LOG_ENV)
+    if log:
+        with contextlib.suppress(OSError), open(log, "a") as handle:
+            handle.write(f"reread: study {study_id}: {numbers} trials cached up to number {last}\n")
