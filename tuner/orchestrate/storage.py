@@ -298,32 +298,20 @@ def _creation_lock(url: str, *, serialised: bool = False) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _postgres_schema_lock(url: str) -> Iterator[None]:
-    """``pg_advisory_lock`` on a connection of its own, held while the caller creates tables;
-    closing the connection releases it even if the unlock is never sent. Waited for at most
+    """An advisory lock held while the caller creates tables, in a transaction of a connection of
+    its own (``locks.lock_within``): closing that connection ends it. Waited for at most
     ``SCHEMA_LOCK_WAIT_S``: a holder frozen mid-creation (SIGSTOP) must not hang every other
     process; past that the caller goes on without it (a lost race is retried anyway)."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    from tuner.orchestrate.locks import lock_key
+    from tuner.orchestrate.locks import lock_key, lock_within
 
-    key = {"key": lock_key(SCHEMA_LOCK_NAME)}
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            connection.execute(text(f"SET lock_timeout = '{SCHEMA_LOCK_WAIT_S}s'"))
-            held = True
-            try:
-                connection.execute(text("SELECT pg_advisory_lock(:key)"), key)
-            except OperationalError:  # lock_timeout: another creator holds it, frozen or slow
-                held = False
-            try:
-                yield
-            finally:
-                if held:
-                    with contextlib.suppress(Exception):  # a dropped connection has released it
-                        connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
+            lock_within(connection, {"key": lock_key(SCHEMA_LOCK_NAME)}, SCHEMA_LOCK_WAIT_S)
+            yield
     finally:
         engine.dispose()
 
