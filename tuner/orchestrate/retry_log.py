@@ -34,10 +34,7 @@ def note_retry(error: BaseException) -> None:
     retries.total += 1
     locked = "database is locked" in str(error)
     retries.locked += locked
-    log = os.environ.get(RETRY_LOG_ENV)
-    if log:
-        with contextlib.suppress(OSError), open(log, "a") as handle:
-            handle.write(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200] + "\n")
+    _log(("locked: " if locked else "retry: ") + str(error).splitlines()[0][:200])
 
 
 def note_reread(study_id: int, numbers: int, last: int) -> None:
@@ -45,7 +42,12 @@ def note_reread(study_id: int, numbers: int, last: int) -> None:
     client cache held ``numbers`` trials up to number ``last`` (a gap: it had missed one). The
     fleet benchmark counts these to show what the re-read costs a large fleet."""
     retries.reread += 1
+    _log(f"reread: study {study_id}: {numbers} trials cached up to number {last}")
+
+
+def _log(line: str) -> None:
+    """Append ``line`` to ``$TUNER_STORAGE_RETRY_LOG`` when it is set (never fails)."""
     log = os.environ.get(RETRY_LOG_ENV)
     if log:
         with contextlib.suppress(OSError), open(log, "a") as handle:
-            handle.write(f"reread: study {study_id}: {numbers} trials cached up to number {last}\n")
+            handle.write(line + "\n")

@@ -75,7 +75,7 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
     round 2 at sweep-lr's 125-175 steps had its best steps at 64-86% ("looks right"), and its
     chosen points trained 600 steps had a third to half the test error (0.0417 -> 0.0194,
     0.0444 -> 0.0250, 0.0194 -> 0.0139)."""
-    from tuner.cli.tune.studies import production
+    from tuner.cli.tune.studies import production, study_of
     from tuner.playbook.phase_names import SWEEP_PHASE
     from tuner.playbook.sweep_phase import sweep_overrides
 
@@ -86,7 +86,7 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
         return None  # the length is the user's (or a sweep's run before tune)
     if any(finding.kind == "best_step_early" for finding in report.best_step.findings):
         return None
-    if production(context, loaded) != production(context, _study_of(context, sweep)):
+    if production(context, loaded) != production(context, study_of(context, sweep)):
         return None  # a report's suggestion set the length since: it is no longer sweep-lr's
     spec = loaded.spec
     off = sorted(key for key in sweep_overrides(spec) if key in spec.search_space)
@@ -97,14 +97,6 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
         "regularisation slows training (the playbook), and a position verdict under a decaying "
         "schedule cannot show it"
     )
-
-
-def _study_of(context: TuneContext, stage: Stage) -> LoadedStudy:
-    """The study ``stage`` ran, with the ``--set`` values tune gives it."""
-    from tuner.cli.tune.studies import base_sets
-    from tuner.spec import load_study
-
-    return load_study(Path(stage.study_file), base_sets(context))
 
 
 def after_last_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:

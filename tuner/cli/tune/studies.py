@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.cli.tune.context import TuneContext
+from tuner.playbook.decision_log import Stage
 from tuner.spec import LoadedStudy
 
 
@@ -20,14 +21,18 @@ def base_sets(context: TuneContext) -> list[str]:
 
 def current_study(context: TuneContext) -> LoadedStudy:
     """The study being tuned now: the last one a stage ran (a next study tune wrote), else the user's."""
-    from tuner.spec import load_study
-
     if not context.state.stages:
         return context.home
-    last = context.state.stages[-1]
-    if last.study == context.home.spec.name:
-        return load_study(context.home.path, base_sets(context))
-    return load_study(Path(last.study_file), base_sets(context))
+    return study_of(context, context.state.stages[-1])
+
+
+def study_of(context: TuneContext, stage: Stage) -> LoadedStudy:
+    """The study ``stage`` ran (the user's file, or a next study tune wrote), with the ``--set``
+    values tune gives every study."""
+    from tuner.spec import load_study
+
+    path = context.home.path if stage.study == context.home.spec.name else Path(stage.study_file)
+    return load_study(path, base_sets(context))
 
 
 def production(context: TuneContext, loaded: LoadedStudy) -> int | None:
