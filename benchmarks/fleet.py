@@ -245,12 +245,7 @@ def _measure(
     env = {**os.environ, "TUNER_STORAGE_RETRY_LOG": str(absorbed)}
     launched = time.time()
     elapsed = stopwatch()
-    if watch:
-        with watch:
-            done = subprocess.run(
-                command, capture_output=True, text=True, cwd=REPO_ROOT, check=False, env=env
-            )
-    else:
+    with watch or contextlib.nullcontext():
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False, env=env)
     wall = elapsed()
     if done.returncode != 0:
