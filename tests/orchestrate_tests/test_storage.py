@@ -83,25 +83,7 @@ def test_postgres_storage_round_trip(postgres_url: str, unique_name: str) -> Non
     optuna.delete_study(study_name=f"{unique_name}/round-1", storage=open_storage(postgres_url))
 
 
-def test_processes_opening_a_new_sqlite_storage_at_once_all_succeed(tmp_path: Path) -> None:
-    """Regression: without a lock, simultaneous first opens raced to create the tables."""
-    import subprocess
-    import sys
-
-    url = default_storage_url(tmp_path, "race")
-    script = (
-        "import sys, optuna; from tuner.orchestrate import open_storage; "
-        "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)"
-    )
-    processes = [
-        spawn([sys.executable, "-c", script, url], stderr=subprocess.PIPE, text=True) for _ in range(4)
-    ]
-    for process in processes:
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 0, stderr
-
-
-_CREATE_SCRIPT = """
+_OPEN_SCRIPT = """
 import sys
 from tuner.orchestrate.storage import new_rdb_storage, open_storage
 url, how = sys.argv[1], sys.argv[2]
@@ -115,6 +97,43 @@ print("ok", flush=True)
 """
 
 
+def _open_at_once(url: str, hows: tuple[str, ...], retry_log: Path) -> list[str]:
+    """One process per ``hows`` entry opens ``url`` (``worker``: ``open_storage``; ``proxy``: as
+    the proxy builds its storage), all released by one "go" once all have imported; asserts each
+    opened it, returns the storage errors they retried (``$TUNER_STORAGE_RETRY_LOG``)."""
+    import sys
+
+    processes = [
+        spawn(
+            [sys.executable, "-c", _OPEN_SCRIPT, url, how],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TUNER_STORAGE_RETRY_LOG": str(retry_log)},
+        )
+        for how in hows
+    ]
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n", process.communicate()[1]
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        assert out == "ok\n"
+    return retry_log.read_text().splitlines() if retry_log.exists() else []
+
+
+def test_processes_opening_a_new_sqlite_storage_at_once_all_succeed(tmp_path: Path) -> None:
+    """Regression: without a lock, simultaneous first opens raced to create the tables."""
+    url = default_storage_url(tmp_path, "race")
+    assert _open_at_once(url, ("worker",) * 4, tmp_path / "retries.log") == []  # the file lock: no race
+
+
 @pytest.mark.postgres
 def test_processes_creating_the_tables_of_an_empty_database_at_once_all_open_it(
     postgres_url: str, unique_name: str, tmp_path: Path
@@ -124,8 +143,6 @@ def test_processes_creating_the_tables_of_an_empty_database_at_once_all_open_it(
     20 times in 24 so (UniqueViolation on ``pg_type``, DuplicateTable): CI's first run on a new
     machine saw the proxy refuse to start. Each one opens the storage; the losers' retries are
     logged (``$TUNER_STORAGE_RETRY_LOG``), never raised."""
-    import sys
-
     from sqlalchemy import create_engine, make_url, text
 
     database = unique_name.replace("-", "_")
@@ -133,31 +150,8 @@ def test_processes_creating_the_tables_of_an_empty_database_at_once_all_open_it(
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{database}"'))
     url = make_url(postgres_url).set(database=database).render_as_string(hide_password=False)
-    log = tmp_path / "retries.log"
     try:
-        processes = [
-            spawn(
-                [sys.executable, "-c", _CREATE_SCRIPT, url, how],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "TUNER_STORAGE_RETRY_LOG": str(log)},
-            )
-            for how in ("worker", "proxy") * 3
-        ]
-        for process in processes:
-            assert process.stdout is not None
-            assert process.stdout.readline() == "ready\n", process.communicate()[1]
-        for process in processes:
-            assert process.stdin is not None
-            process.stdin.write("go\n")
-            process.stdin.flush()
-        for process in processes:
-            out, err = process.communicate(timeout=120)
-            assert process.returncode == 0, err
-            assert out == "ok\n"
-        lost = log.read_text().splitlines() if log.exists() else []  # the races lost, then won
+        lost = _open_at_once(url, ("worker", "proxy") * 3, tmp_path / "retries.log")
         assert all("already exists" in line or "duplicate key" in line for line in lost), lost
     finally:
         with admin.connect() as connection:
