@@ -1,5 +1,6 @@
 """The few things tuner needs from Optuna that its public API does not offer, in one place:
-a few private calls (each below says why), reading a whole study fast from Optuna's tables, the
+a few private calls (each below says why; among them several attributes in one write,
+``set_user_attrs``), reading a whole study fast from Optuna's tables, the
 gRPC proxy's server object (``grpc_proxy_server``), and, for tests only, skewing the clock Optuna
 stamps trials with (at the end).
 
@@ -56,6 +57,37 @@ def trial_for_sampling(study: Any, trial_id_: int) -> Any:
 
     study._thread_local.cached_all_trials = None
     return optuna.trial.Trial(study, trial_id_)
+
+
+def set_user_attrs(storage: Any, trial_id: int, attrs: dict[str, Any]) -> None:
+    """The user attributes ``attrs`` of trial ``trial_id``, in one transaction on a database.
+
+    Private (``optuna.storages._rdb.storage._create_scoped_session`` and
+    ``RDBStorage._set_trial_attr_without_commit``, exactly what the public
+    ``RDBStorage.set_trial_user_attr`` runs for one attribute): the public API writes one
+    attribute per transaction, and a trial's result carries five (``worker_rss_mb``,
+    ``final_train_loss``, ``train_s``, ``best_step``, ``final_step``; ``record.Recorder``): four
+    round trips to the database more than needed, for every trial; a failure carries three or
+    more (``failures.fail_trial``), a trial whose point the sampler chooses its six bookkeeping
+    attributes (``worker.Worker``). One transaction is also all or nothing, so a retry
+    after a dropped connection writes them again whole. A trial finished elsewhere raises
+    ``UpdateFinishedTrialError`` as the public call does. Through the gRPC proxy or on a journal,
+    one public call each.
+    """
+    from optuna.storages import RDBStorage
+
+    if isinstance(storage, RDBStorage) and len(attrs) > 1:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(storage.scoped_session, True) as session:
+            for key, value in attrs.items():
+                storage._set_trial_attr_without_commit(
+                    session, models.TrialUserAttributeModel, trial_id, key, value
+                )
+        return
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
 
 
 def grpc_storage_proxy(host: str, port: int) -> Any:

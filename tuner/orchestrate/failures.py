@@ -174,8 +174,7 @@ def _fail_once(
             retry = _retry_allowed(current, reason, error, settings)
             written = {"failure_reason": str(reason), "error": error, "retried": retry, **attrs}
             try:
-                for key, value in written.items():
-                    storage.set_trial_user_attr(trial_id, key, value)
+                adapter.set_user_attrs(storage, trial_id, written)
                 failed_here = bool(storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
             except UpdateFinishedTrialError:
                 failed_here = False  # its owner (or another worker) finished it first

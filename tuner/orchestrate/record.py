@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import resident_memory_mb
 from tuner.orchestrate.failures import (
     FailureReason,
@@ -65,10 +66,14 @@ class Recorder:
         self.attempt, self.last_step, self.on_eval, self.frozen = attempt, last_step, on_eval, frozen
 
     def _set(self, key: str, value: Any) -> None:
+        self._set_all({key: value})
+
+    def _set_all(self, attrs: dict[str, Any]) -> None:
+        """``attrs`` in one storage write where the storage allows it (``adapter.set_user_attrs``)."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         try:
-            with_retries(self.storage.set_trial_user_attr, self.trial_id, key, value)
+            with_retries(adapter.set_user_attrs, self.storage, self.trial_id, attrs)
         except UpdateFinishedTrialError:
             raise TrialAbandoned from None
 
@@ -142,8 +147,7 @@ class Recorder:
                 if outcome.status == "target_reached":
                     extra["stopped_early"] = True
                 try:  # the value is the trial's best (retrospective checkpoint selection)
-                    for key, value in extra.items():
-                        self._set(key, value)
+                    self._set_all(extra)
                 except TrialAbandoned:
                     return
                 # a trial failed as stale in between raises: then it is simply no longer ours
@@ -156,8 +160,7 @@ class Recorder:
                 extra.update(train_s=round(outcome.train_s, 4), best_step=outcome.best_step)
                 extra["final_step"] = outcome.step
                 try:
-                    for key, value in extra.items():
-                        self._set(key, value)
+                    self._set_all(extra)
                 except TrialAbandoned:
                     return
                 # rare (a trial outpaced in sweep-lr): Study.tell, which also gives a PRUNED trial

@@ -309,8 +309,7 @@ class Worker:
                 # a repeated suggest returns the value already stored, so a retry is harmless
                 params = with_retries(self._sample, claimed.trial_id)
                 job = self._job(slot, params, run_dir)
-                for key, value in self._bookkeeping(job).items():
-                    with_retries(self.storage.set_trial_user_attr, claimed.trial_id, key, value)
+                with_retries(adapter.set_user_attrs, self.storage, claimed.trial_id, self._bookkeeping(job))
         except UpdateFinishedTrialError:
             return  # another worker ended it (we were cut off): it is theirs now
         except Exception as error:  # a bad point of the space: the trial's fault
