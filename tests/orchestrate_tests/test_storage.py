@@ -157,3 +157,42 @@ def test_processes_creating_the_tables_of_an_empty_database_at_once_all_open_it(
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "journal", "postgresql"])
+def test_a_trials_attributes_are_written_together_and_refused_together_once_it_finished(
+    tmp_path: Path, backend: str, unique_name: str
+) -> None:
+    """A trial's result attributes are one write on a database (``adapter.set_user_attrs``): all
+    stored; on a trial finished meanwhile (by the stale check, or another worker), refused as the
+    public call refuses one (``UpdateFinishedTrialError``, which the worker takes as "no longer
+    ours"), and none of them written; a write that fails half-way leaves none of it. On a journal
+    (no transactions) one call each, refused alike."""
+    import optuna
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    from tuner.orchestrate import _optuna_adapter as adapter
+
+    if backend == "postgresql" and not os.environ.get("TUNER_TEST_POSTGRES_URL"):
+        pytest.skip("TUNER_TEST_POSTGRES_URL is not set")
+    url = {
+        "sqlite": f"sqlite:///{tmp_path / 'study.db'}",
+        "journal": f"journal:///{tmp_path / 'study.log'}",
+        "postgresql": os.environ.get("TUNER_TEST_POSTGRES_URL", ""),
+    }[backend]
+    storage = open_storage(url)
+    study = optuna.create_study(study_name=unique_name, storage=storage)
+    trial_id = storage.create_new_trial(adapter.study_id(storage, study))
+    adapter.set_user_attrs(storage, trial_id, {"train_s": 1.5, "best_step": 40, "final_step": 80})
+    assert storage.get_trial(trial_id).user_attrs == {"train_s": 1.5, "best_step": 40, "final_step": 80}
+    if backend != "journal":  # one transaction: a write that fails half-way leaves none of it
+        with pytest.raises(TypeError):
+            adapter.set_user_attrs(storage, trial_id, {"healthy": True, "error": object()})
+        assert "healthy" not in storage.get_trial(trial_id).user_attrs
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    with pytest.raises(UpdateFinishedTrialError):
+        adapter.set_user_attrs(storage, trial_id, {"worker_rss_mb": 300.0, "train_s": 9.0})
+    assert storage.get_trial(trial_id).user_attrs == {"train_s": 1.5, "best_step": 40, "final_step": 80}
+    if backend == "postgresql":
+        optuna.delete_study(study_name=unique_name, storage=storage)
