@@ -226,6 +226,50 @@ def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_pa
     assert "sweep-lr" not in decision["text"]
 
 
+@pytest.mark.parametrize("sweep_best", [20, 70], ids=["validation-best-early-in-the-cap", "best-late"])
+def test_a_sweep_that_fit_nothing_trains_longer_only_without_its_noisy_labels_evidence(
+    tmp_path: Path, sweep_best: int
+) -> None:
+    """sweep-lr fit nothing within its cap (80, the rounds' length), weight decay off; round 2's
+    best steps mid-run. Validation best at step 20 of the sweep's 80 (at most half: its "labels are
+    noisy" evidence): the steps past it memorised, so round 3 gives round 2's points more seeds
+    (measured on the outcome benchmark's noisy labels, the longer runs were never delivered).
+    Best at step 70: round 3 trains the chosen point longer, its log calling the length the
+    sweep's cap, at which nothing fit (not a length the sweep measured)."""
+    from tests.report_tests.builders import add_trial
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+
+    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    sweep = built.start("sweep-lr")
+    plan = load_plan(sweep.user_attrs)
+    assert plan is not None
+    for slot, planned in enumerate(plan.slots):
+        add_trial(
+            sweep, slot, 0.1, planned.values, best_step=sweep_best, max_train_steps=80, final_step=80,
+            best_fit_value=0.9, final_train_loss=0.3, **planned.attrs,
+        )  # fmt: skip
+    trials = len(plan.slots)
+    stages.insert(
+        0, Stage("toy", "sweep-lr", str(built.path), [], trials, 0, True, done=True, steps_per_trial=80)
+    )
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
+    if sweep_best == 20:
+        assert decision["kind"] == "round3_seeds", decision["text"]
+        assert decision["numbers"]["unregularised_length"] is False
+        assert "sweep-lr" not in decision["text"]
+    else:
+        assert decision["kind"] == "round3_longer", decision["text"]
+        assert decision["numbers"]["unregularised_length"] is True
+        assert (
+            "round 2's length is sweep-lr's cap, at which no LR fit the training set even with "
+            "optimizer.weight_decay off" in decision["text"]
+        )
+
+
 def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_path: Path) -> None:
     """Ctrl-C after round 3 was decided (its stage stored, not run): the same command runs it with
     the stored ``--set`` values (2 seeds of 160 steps, though round 2's report would now decide

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import round_phase
+from tuner.playbook.sweep_result import BestLongBeforeFit, NothingFits
 
 if TYPE_CHECKING:
     from tuner.cli.tune.context import TuneContext
+    from tuner.playbook.verdicts import Verdict
     from tuner.report.build import PhaseReport
     from tuner.spec import LoadedStudy
 
@@ -64,8 +66,10 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
     """Why the round's length may be too short though its runs were not still improving, else
     None: ``tune`` set ``max_train_steps`` by sweep-lr, which trains with the searched
     regularisation off, no report's suggestion changed it since (a length from best steps
-    measured with the regularisation on is not what the sweep measured), and the round's best
-    steps were not early (then the length is too long, not too short: noisy labels).
+    measured with the regularisation on is not what the sweep measured), the round's best
+    steps were not early (then the length is too long, not too short: noisy labels), and the sweep
+    itself did not see validation best long before the fit (``_memorised``). When no LR fit, the
+    length is the sweep's cap, and the text says so: it was not measured, only not enough.
 
     The playbook (seeds/002, "Deciding how long to train"): data augmentation and regularisation
     such as dropout add gradient noise, which slows training and raises the steps a given
@@ -86,16 +90,44 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
         return None  # the length is the user's (or a sweep's run before tune)
     if any(finding.kind == "best_step_early" for finding in report.best_step.findings):
         return None
-    if production(context, loaded) != production(context, study_of(context, sweep)):
+    swept = study_of(context, sweep)
+    if production(context, loaded) != production(context, swept):
         return None  # a report's suggestion set the length since: it is no longer sweep-lr's
+    verdicts = _sweep_verdicts(context, swept)
+    if _memorised(verdicts):
+        return None  # validation peaked long before the fit: more steps memorise, not regularise
     spec = loaded.spec
     off = sorted(key for key in sweep_overrides(spec) if key in spec.search_space)
     if not off:
         return None
+    names = ", ".join(off)
+    if any(isinstance(v, NothingFits) for v in verdicts):
+        length = f"length is sweep-lr's cap, at which no LR fit the training set even with {names} off"
+    else:
+        length = f"length is sweep-lr's, measured with {names} off"
     return (
-        f"length is sweep-lr's, measured with {', '.join(off)} off, which the rounds search; "
-        "regularisation slows training (the playbook), and a position verdict under a decaying "
-        "schedule cannot show it"
+        f"{length}, which the rounds search; regularisation slows training (the playbook), and a "
+        "position verdict under a decaying schedule cannot show it"
+    )
+
+
+def _sweep_verdicts(context: TuneContext, swept: LoadedStudy) -> list[Verdict]:
+    from tuner.playbook.sweep_phase import stored_sweep_result
+
+    result = stored_sweep_result(context.storage_of(swept, create=False), swept.spec.name)
+    return list(result.verdicts) if result is not None else []
+
+
+def _memorised(verdicts: list[Verdict]) -> bool:
+    """Whether sweep-lr saw validation best long before the training set was fit (or, when nothing
+    fit, early in its cap): its "labels are noisy" evidence (``BestLongBeforeFit``,
+    ``NothingFits.noisy_labels_steps``). There the steps past that best memorised the noise, and
+    the premise of training longer (the sweep's length too short once regularisation is on) does
+    not hold: on the outcome benchmark's noisy labels the chosen points trained 3.5x longer were
+    delivered on none of 5 seeds (the share went to runs the delivered-model rule set aside)."""
+    return any(
+        isinstance(v, BestLongBeforeFit) or (isinstance(v, NothingFits) and v.noisy_labels_steps is not None)
+        for v in verdicts
     )
 
 
