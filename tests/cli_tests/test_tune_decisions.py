@@ -289,16 +289,11 @@ def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_pa
     assert [s["phase"] for s in payload["stages"]] == ["round-1", "round-2", "round-3"]
 
 
-def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_length_stays(
-    tmp_path: Path,
-) -> None:
-    """sweep-lr (built, not trained) done in an earlier run: lr 0.1 fit the training set at step
-    80 while validation was best at step 20; tune logs it once, with the length the rounds train
-    (the fit, 80) and the one that follows on noisy labels (2 x 20 = 40)."""
+def _swept(tmp_path: Path, fits: dict[float, tuple[int | None, int]]) -> tuple[Any, Any]:
+    """A study whose sweep-lr (grid 0.01, 0.1, 1.0; cap 100) is built, not trained: ``fits`` maps
+    an LR to its (fit step or None, validation best step); the study and its sweep phase."""
     from tests.report_tests.builders import add_trial, study
-    from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
-    from tuner.playbook.study_results import store_recommendation
 
     built = study(tmp_path, round1={"steps": 20, "trials": 4}, round2={"top_k": 1})
     document = yaml.safe_load(built.path.read_text())
@@ -308,14 +303,27 @@ def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_le
     sweep = built.start("sweep-lr")
     plan = load_plan(sweep.user_attrs)
     assert plan is not None
-    fits = {0.1: (80, 20), 1.0: (100, 90)}  # lr -> (fit step, best step); 0.01 does not fit
     for slot, planned in enumerate(plan.slots):
-        fit_step, best_step = fits.get(planned.values["optimizer.lr"], (None, 100))
+        fit_step, best_step = fits[planned.values["optimizer.lr"]]
         add_trial(
             sweep, slot, 0.1, planned.values, best_step=best_step, max_train_steps=100,
             final_step=fit_step or 100, best_fit_value=1.0 if fit_step else 0.9, final_train_loss=0.1,
             **({"fit_step": fit_step} if fit_step else {}), **planned.attrs,
         )  # fmt: skip
+    return built, sweep
+
+
+def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_length_stays(
+    tmp_path: Path,
+) -> None:
+    """sweep-lr (built, not trained) done in an earlier run: lr 0.1 fit the training set at step
+    80 while validation was best at step 20; tune logs it once, with the length the rounds train
+    (the fit, 80) and the one that follows on noisy labels (2 x 20 = 40)."""
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.study_results import store_recommendation
+
+    # lr -> (fit step, best step); 0.01 does not fit
+    built, sweep = _swept(tmp_path, {0.01: (None, 100), 0.1: (80, 20), 1.0: (100, 90)})
     store_recommendation(sweep, 80)
     first = Stage("toy", "sweep-lr", str(built.path), [], 3, 300, True, done=True, steps_per_trial=100)
     done = tune_after(built, first, 520, "--no-apply-suggestions")
@@ -335,6 +343,30 @@ def test_validation_best_long_before_the_fit_is_a_line_of_the_log_and_the_fit_le
     again = run_tuner(*tune_args(built, 520, "--no-apply-suggestions"))  # said once: a re-run reads it back
     assert again.returncode == 0, again.stderr
     assert [d["kind"] for d in json.loads(again.stdout)["decisions"]].count("sweep_best_before_fit") == 1
+
+
+def test_a_sweep_that_fit_nothing_with_validation_best_early_says_so_in_its_fallback(tmp_path: Path) -> None:
+    """sweep-lr (built, not trained) done in an earlier run: no LR fit the training set within its
+    cap of 100 steps, and validation was best at step 20 (in the first half: as with noisy labels).
+    The rounds train the cap, and the log says why an early best costs nothing there (each run
+    keeps its best checkpoint) and which length to try instead, not "longer keeps helping"."""
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.budget import parse_budget
+    from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
+
+    built, _ = _swept(tmp_path, dict.fromkeys((0.01, 0.1, 1.0), (None, 20)))  # no LR fits
+    first = Stage("toy", "sweep-lr", str(built.path), [], 3, 300, True, done=True, steps_per_trial=100)
+    planned_sweep = Decision("sweep_planned", first.key, "sweep-lr: 3 trials", {"cap": 100, "steps": 300})
+    state = TuneState(parse_budget("900"), 900, [first], [planned_sweep])
+    save_state(open_storage(built.storage_url), built.name, state)
+    done = run_tuner(*tune_args(built, 900, "--no-apply-suggestions", "--no-extra-round"))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    (fallback,) = [d for d in payload["decisions"] if d["kind"] == "max_train_steps_fallback"]
+    assert fallback["numbers"] == {"max_train_steps": 100, "best_step": 20, "noisy_labels_steps": 40}
+    assert "validation was best at step 20 of it, as with noisy labels" in fallback["text"]
+    assert "--set max_train_steps=40" in fallback["text"] and "longer keeps helping" not in fallback["text"]
+    assert payload["delivered_model"]["max_train_steps"] == 100
 
 
 def test_each_suggestion_is_held_back_only_by_the_switch_of_its_kind() -> None:

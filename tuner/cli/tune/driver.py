@@ -10,6 +10,7 @@ command again reads the stages back, skips the finished ones and continues the o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.cli.tune.context import TuneContext, TuneRequest
 from tuner.cli.tune.studies import base_sets, current_study, production
@@ -17,6 +18,9 @@ from tuner.errors import UsageError
 from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
 from tuner.spec import LoadedStudy
+
+if TYPE_CHECKING:
+    from tuner.playbook.sweep_result import NothingFits
 
 
 def open_context(request: TuneRequest) -> TuneContext:
@@ -144,16 +148,40 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     # noisy_labels_steps): measured on the outcome benchmark's noisy labels, rounds at 2 x that
     # best step gave no better test error for 3x the CPU (hundreds of tiny round-1 trials), and
     # each run's retrospective best checkpoint keeps the early best anyway (README, tuner tune).
+    early = _nothing_fits_early(context, loaded)
+    why = "compute-bound: longer keeps helping"
+    numbers: dict[str, object] = {"max_train_steps": cap}
+    if early is not None:  # not "longer keeps helping": the sweep saw the steps past it memorise
+        why = (
+            f"validation was best at step {early.best_step:g} of it, as with noisy labels: each run "
+            f"keeps its best checkpoint, so an early best is what it delivers; to train "
+            f"{early.noisy_labels_steps} steps instead (2 x that best step), run again with --set "
+            f"max_train_steps={early.noisy_labels_steps} and another --output-dir"
+        )
+        numbers |= {"best_step": early.best_step, "noisy_labels_steps": early.noisy_labels_steps}
     context.decide(
         Decision(
             "max_train_steps_fallback",
             stage.key,
             f"sweep-lr: no LR fit the training set within {cap} steps: the rounds train "
-            f"max_train_steps {cap}, the longest the sweep tried (compute-bound: longer keeps helping)",
-            {"max_train_steps": cap},
+            f"max_train_steps {cap}, the longest the sweep tried ({why})",
+            numbers,
         )
     )
     return cap
+
+
+def _nothing_fits_early(context: TuneContext, loaded: LoadedStudy) -> NothingFits | None:
+    """sweep-lr's nothing-fits verdict when it saw validation best early in its cap (its
+    ``noisy_labels_steps``), else None."""
+    from tuner.playbook.sweep_phase import stored_sweep_result
+    from tuner.playbook.sweep_result import NothingFits
+
+    result = stored_sweep_result(context.storage_of(loaded), loaded.spec.name)
+    verdicts = result.verdicts if result is not None else []
+    return next(
+        (v for v in verdicts if isinstance(v, NothingFits) and v.noisy_labels_steps is not None), None
+    )
 
 
 def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
