@@ -157,6 +157,21 @@ class SweepResult:
     def provisional(self) -> bool:
         return any(isinstance(v, Provisional) for v in self.verdicts)
 
+    @property
+    def validation_best_early(self) -> BestLongBeforeFit | NothingFits | None:
+        """The verdict that saw validation best long before the training set was fit (or, when
+        nothing fit, in the first half of the cap: ``noisy_labels_steps``): the sweep's "labels
+        are noisy" evidence, where the steps past that best memorised. None without it."""
+        return next(
+            (
+                v
+                for v in self.verdicts
+                if isinstance(v, BestLongBeforeFit)
+                or (isinstance(v, NothingFits) and v.noisy_labels_steps is not None)
+            ),
+            None,
+        )
+
     def verdict(self, kind: type[Verdict]) -> list[Verdict]:
         return [v for v in self.verdicts if isinstance(v, kind)]
 

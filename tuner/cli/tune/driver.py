@@ -178,10 +178,8 @@ def _nothing_fits_early(context: TuneContext, loaded: LoadedStudy) -> NothingFit
     from tuner.playbook.sweep_result import NothingFits
 
     result = stored_sweep_result(context.storage_of(loaded), loaded.spec.name)
-    verdicts = result.verdicts if result is not None else []
-    return next(
-        (v for v in verdicts if isinstance(v, NothingFits) and v.noisy_labels_steps is not None), None
-    )
+    early = result.validation_best_early if result is not None else None
+    return early if isinstance(early, NothingFits) else None
 
 
 def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
