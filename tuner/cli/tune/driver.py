@@ -195,8 +195,8 @@ def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int)
     if any(d.kind == "sweep_best_before_fit" and d.stage == stage.key for d in context.state.decisions):
         return
     result = stored_sweep_result(context.storage_of(loaded), loaded.spec.name)
-    early = next((v for v in result.verdicts if isinstance(v, BestLongBeforeFit)), None) if result else None
-    if early is None:
+    early = result.validation_best_early if result is not None else None
+    if not isinstance(early, BestLongBeforeFit):
         return
     context.decide(
         Decision(

@@ -64,10 +64,10 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
     """Why the round's length may be too short though its runs were not still improving, else
     None: ``tune`` set ``max_train_steps`` by sweep-lr, which trains with the searched
     regularisation off, no report's suggestion changed it since (a length from best steps
-    measured with the regularisation on is not what the sweep measured), the round's best
-    steps were not early (then the length is too long, not too short: noisy labels), and the sweep
-    itself did not see validation best long before the fit (``validation_best_early``). When no LR fit, the
-    length is the sweep's cap, and the text says so: it was not measured, only not enough.
+    measured with the regularisation on is not what the sweep measured), the round's best steps
+    were not early (then the length is too long, not too short: noisy labels), and the sweep itself
+    did not see validation best long before the fit (``SweepResult.validation_best_early``). When
+    no LR fit, the length is the sweep's cap, and the text says so: not measured, only not enough.
 
     The playbook (seeds/002, "Deciding how long to train"): data augmentation and regularisation
     such as dropout add gradient noise, which slows training and raises the steps a given
