@@ -39,7 +39,11 @@ cores. ``--quick``: the same code on tiny studies, one seed, 1 worker (a smoke t
 
 ``python -m benchmarks.outcome [--quick] [--workloads a,b] [--seeds N] [--output-dir DIR]``;
 ``--from-results A.json B.json`` prints the tables of earlier runs merged (a tuner-only run after
-a change beside the baselines' run), running nothing.
+a change beside the baselines' run), running nothing. Each ``results.json`` says which machine ran
+it (``machine_identity``): a contender is repeatable on one machine but its floating-point path,
+and with it which checkpoint each run's selection lands on, changes with the CPU (tuner on
+longer_cnn, same code and seeds: 0.0261 on one machine, 0.0244 on another), so files of two
+machines are merged only with ``--across-machines``, and the tables then say so.
 """
 
 from __future__ import annotations
@@ -224,23 +228,80 @@ def table(workload: str, records: list[RunRecord]) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: Path, records: list[RunRecord]) -> None:
+def machine_identity() -> dict[str, str]:
+    """What decides a run's floating-point path: the CPU (model and instruction-set flags, which
+    pick torch's kernels), torch's version; and the host and its boot, since two VMs of one
+    image can share a host name and a CPU model but not the hardware under them (a reboot counts
+    as another machine: the cautious side)."""
+    import hashlib
+    import platform
+
+    import torch
+
+    found: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            found.setdefault(key.strip(), value.strip())  # the first CPU's
+    except OSError:  # not Linux: what platform says is what is known
+        pass
+    cpu = found.get("model name") or platform.processor() or platform.machine()
+    flags = found.get("flags", "")
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = "unknown"
+    return {
+        "host": f"{platform.node()} boot {boot}",
+        "cpu": cpu,
+        "cpu_flags": hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12],
+        "torch": torch.__version__,
+    }
+
+
+def write_json(path: Path, records: list[RunRecord], machine: dict[str, str]) -> None:
     from tuner._atomic import atomic_write_json
 
-    atomic_write_json(path, {"runs": [asdict(r) for r in records]}, durable=False)
+    atomic_write_json(path, {"machine": machine, "runs": [asdict(r) for r in records]}, durable=False)
 
 
-def merged_results(paths: list[Path]) -> list[RunRecord]:
+class MachinesDiffer(Exception):
+    """Results files of two machines (or of a file that does not say) asked to merge."""
+
+
+def merged_results(paths: list[Path], across_machines: bool = False) -> list[RunRecord]:
     """The runs of several ``results.json`` files; a later file's run of the same workload,
-    contender and seed replaces an earlier one's."""
+    contender and seed replaces an earlier one's. Files of two machines, or a file that does not
+    say which machine ran it (written before results.json recorded it), raise ``MachinesDiffer``
+    unless ``across_machines``."""
     import json
 
     runs: dict[tuple[str, str, int], RunRecord] = {}
+    machines: dict[str, Path] = {}  # each machine, and the first file it ran
+    unknown: list[Path] = []
     for path in paths:
-        for run in json.loads(path.read_text())["runs"]:
+        document = json.loads(path.read_text())
+        if document.get("machine"):
+            machines.setdefault(_machine_text(document["machine"]), path)
+        else:
+            unknown.append(path)
+        for run in document["runs"]:
             record = RunRecord(**run)
             runs[(record.workload, record.contender, record.seed)] = record
+    why = "a contender repeats on one machine only, so a merged table would compare floating-point "
+    why += "paths, not procedures: run them on one machine, or pass --across-machines"
+    if len(paths) > 1 and not across_machines:
+        if unknown:
+            raise MachinesDiffer(f"{unknown[0]} does not say which machine ran it; {why}")
+        if len(machines) > 1:
+            (first, a), (second, b) = list(machines.items())[:2]
+            raise MachinesDiffer(f"{a} ran on {first}, {b} on {second}; {why}")
     return list(runs.values())
+
+
+def _machine_text(machine: dict[str, str]) -> str:
+    flags, torch, host = machine["cpu_flags"], machine["torch"], machine["host"]
+    return f"{machine['cpu']} (flags {flags}, torch {torch}, host {host})"
 
 
 def run_all(
@@ -253,12 +314,14 @@ def run_all(
 ) -> list[RunRecord]:
     records: list[RunRecord] = []
     results = root / "results.json"
+    machine = machine_identity()
     for workload in workloads:
         for seed in range(1, seeds + 1):
             for contender in contenders:
                 record = run_one(workload, contender, seed, quick, root, tune_args)
                 records.append(record)
-                write_json(results, records)  # after every run: a stopped benchmark keeps its results
+                # after every run: a stopped benchmark keeps its results
+                write_json(results, records, machine)
                 print(
                     f"{workload} seed {seed} {contender}: test {record.test_metric:.4f}, "
                     f"{record.steps} steps, {record.cpu_s:.0f} CPU s, {record.wall_s:.0f} s {record.notes}",
@@ -326,7 +389,12 @@ def main() -> None:
         metavar="RESULTS_JSON",
         help="run nothing: print the tables of these results.json files merged (e.g. a tuner-only run "
         "after a change with the baselines' run; a later file's run of the same workload, contender "
-        "and seed replaces an earlier one's)",
+        "and seed replaces an earlier one's); the files must come from one machine",
+    )
+    parser.add_argument(
+        "--across-machines",
+        action="store_true",
+        help="with --from-results: merge files of different machines (the tables say so)",
     )
     parser.add_argument(
         "--tune-args",
@@ -336,8 +404,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.from_results:
-        merged = merged_results(args.from_results)
+        try:
+            merged = merged_results(args.from_results, args.across_machines)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.exit(2, f"{parser.prog}: error: cannot read results: {error}\n")
+        except MachinesDiffer as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
         workloads = [w for w in BUDGETS if any(r.workload == w for r in merged)]
+        if args.across_machines:
+            print(
+                "(runs of more than one machine merged: a difference between contenders there is "
+                "partly the machines')"
+            )
         for workload in workloads:
             print("\n" + table(workload, [r for r in merged if r.workload == workload]))
         report(NAME, results(merged, workloads))

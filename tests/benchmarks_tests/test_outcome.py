@@ -64,7 +64,9 @@ def test_quick_mode_runs_every_contender_on_a_workload(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert set(written["machine"]) == {"host", "cpu", "cpu_flags", "torch"}
+    runs = written["runs"]
     expected = {(w, c) for w in QUICK_WORKLOADS for c in CONTENDERS}
     assert {(r["workload"], r["contender"]) for r in runs} == expected
     for run in runs:
@@ -107,22 +109,75 @@ def _run(contender: str, seed: int, metric: float) -> dict[str, object]:
     }  # fmt: skip
 
 
-def test_from_results_prints_the_merged_tables_and_runs_nothing(tmp_path: Path) -> None:
-    """A tuner-only run after a change, beside the baselines' run: the later file's tuner runs
-    replace the earlier ones of the same seed, and tuner is compared with the best baseline."""
-    baselines = [_run(c, s, 0.10 + 0.01 * s) for c in ("tpe-last", "tpe-best", "random") for s in (1, 2)]
-    earlier = tmp_path / "a.json"
-    earlier.write_text(json.dumps({"runs": [*baselines, _run("tuner", 1, 0.5), _run("tuner", 2, 0.5)]}))
-    later = tmp_path / "b.json"
-    later.write_text(json.dumps({"runs": [_run("tuner", 1, 0.09), _run("tuner", 2, 0.10)]}))
+HERE = {"host": "vm boot 1234abcd", "cpu": "AMD EPYC", "cpu_flags": "6a93d771884c", "torch": "2.13.0+cpu"}
+
+
+def _from_results(*paths: Path, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.outcome", "--from-results", str(earlier), str(later)],
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.outcome", "--from-results", *map(str, paths), *flags],
         capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120,
     )  # fmt: skip
+
+
+def _tuner_after_baselines(tmp_path: Path, later_machine: dict[str, str] | None) -> tuple[Path, Path]:
+    """The baselines' run (every contender), then a tuner-only run after a change."""
+    baselines = [_run(c, s, 0.10 + 0.01 * s) for c in ("tpe-last", "tpe-best", "random") for s in (1, 2)]
+    earlier, later = tmp_path / "a.json", tmp_path / "b.json"
+    runs = [*baselines, _run("tuner", 1, 0.5), _run("tuner", 2, 0.5)]
+    earlier.write_text(json.dumps({"machine": HERE, "runs": runs}))
+    tuner_runs = [_run("tuner", 1, 0.09), _run("tuner", 2, 0.10)]
+    said = {"machine": later_machine} if later_machine else {}
+    later.write_text(json.dumps({"runs": tuner_runs, **said}))
+    return earlier, later
+
+
+def test_from_results_prints_the_merged_tables_and_runs_nothing(tmp_path: Path) -> None:
+    """A tuner-only run after a change, beside the baselines' run of the same machine: the later
+    file's tuner runs replace the earlier ones of the same seed, and tuner is compared with the
+    best baseline."""
+    done = _from_results(*_tuner_after_baselines(tmp_path, HERE))
     assert done.returncode == 0, done.stderr
     assert "| tuner | 0.0950 [" in done.stdout  # (0.09 + 0.10) / 2: the later file's runs
     assert "| tpe-last | 0.1150 [" in done.stdout
     # tuner minus tpe-last (the first of the equal best baselines), paired by seed: -0.02 each
     assert "tuner minus best baseline (tpe-last), paired by seed: -0.0200" in done.stdout
+    assert "more than one machine" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+OTHER = {**HERE, "cpu_flags": "0123456789ab"}
+
+
+@pytest.mark.parametrize("later_machine", [OTHER, None], ids=["another-machine", "unsaid"])
+def test_results_of_two_machines_merge_only_when_asked(
+    tmp_path: Path, later_machine: dict[str, str] | None
+) -> None:
+    """A contender repeats on one machine only (its floating-point path changes with the CPU), so
+    pairing tuner's runs of one machine with the baselines' of another compares machines; a file
+    that does not say which machine ran it cannot be checked."""
+    earlier, later = _tuner_after_baselines(tmp_path, later_machine)
+    refused = _from_results(earlier, later)
+    assert refused.returncode == 2 and refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    if later_machine:
+        assert f"{earlier} ran on AMD EPYC (flags 6a93d771884c," in line
+        assert f"{later} on AMD EPYC (flags 0123456789ab," in line
+    else:
+        assert f"{later} does not say which machine ran it" in line
+    assert line.endswith("run them on one machine, or pass --across-machines")
+    merged = _from_results(earlier, later, flags=("--across-machines",))
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout.startswith("(runs of more than one machine merged")
+    assert "| tuner | 0.0950 [" in merged.stdout
+    alone = _from_results(later)  # one file is its own machine, whatever it says
+    assert alone.returncode == 0 and "more than one machine" not in alone.stdout
+
+
+def test_from_results_of_a_file_that_is_not_results_says_so(tmp_path: Path) -> None:
+    broken = tmp_path / "results.json"
+    broken.write_text("{not json")
+    done = _from_results(broken)
+    assert done.returncode == 2
+    assert done.stderr.startswith("python -m benchmarks.outcome: error: cannot read results:")
     assert "Traceback" not in done.stderr
