@@ -21,6 +21,7 @@ from benchmarks import (
     procedure,
     report,
     storage_cost,
+    worker_profile,
 )
 from benchmarks._common import Result, load, print_table, stopwatch
 
@@ -31,6 +32,7 @@ BENCHMARKS = (
     cli_startup,
     storage_cost,
     orchestration,
+    worker_profile,  # where a worker's time goes (cProfile): no targets
     fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
     report,
     procedure,
