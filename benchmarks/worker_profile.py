@@ -25,6 +25,7 @@ import pstats
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,14 +119,21 @@ def profile_worker(folder: Path, trials: int = TRIALS) -> tuple[Path, int]:
     return profile, sum(t.user_attrs.get("worker") == "profiled" for t in ran)
 
 
+def _entries(stats: pstats.Stats) -> Iterator[tuple[str, str, int, float]]:
+    """Every profiled function: (its file, "/"-separated, or "~" for a built-in; its name; its
+    calls; its cumulative seconds)."""
+    for (path, _line, name), (_cc, calls, _tt, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        yield path.replace(os.sep, "/"), name, calls, cumulative
+
+
 def cumulative_s(stats: pstats.Stats, functions: tuple[tuple[str, str], ...]) -> float:
     """The summed cumulative seconds of ``functions`` in ``stats``."""
-    total = 0.0
-    for (path, _line, name), (_cc, _nc, _tt, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        for suffix, wanted in functions:
-            if name == wanted and (path == suffix or path.replace(os.sep, "/").endswith(suffix)):
-                total += cumulative
-    return total
+    return sum(
+        cumulative
+        for path, name, _calls, cumulative in _entries(stats)
+        for suffix, wanted in functions
+        if name == wanted and path.endswith(suffix)
+    )
 
 
 STORAGE_ROWS = 8
@@ -141,8 +149,8 @@ def storage_calls(stats: pstats.Stats) -> list[tuple[str, float, int]]:
     """The public storage calls the worker made: (``owner.name``, cumulative seconds, calls), the
     costliest first (start-up's included: opening the storage makes a few)."""
     found: dict[str, tuple[float, int]] = {}
-    for (path, _line, name), (_cc, calls, _tt, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        owner = next((o for m, o in STORAGE_MODULES.items() if path.replace(os.sep, "/").endswith(m)), None)
+    for path, name, calls, cumulative in _entries(stats):
+        owner = next((o for m, o in STORAGE_MODULES.items() if path.endswith(m)), None)
         if owner is not None and not name.startswith("_"):
             seconds, count = found.get(f"{owner}.{name}", (0.0, 0))
             found[f"{owner}.{name}"] = (seconds + cumulative, count + calls)
