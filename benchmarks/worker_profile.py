@@ -37,21 +37,25 @@ BUSY_S = 0.2
 STEPS = 10
 
 
+#: (file path suffix, function name) of a profiled function; "~" is the file of a built-in
+Function = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class Part:
-    """One part of the worker's work: the functions whose cumulative time it is (summed)."""
+    """One part of the worker's work: the function whose cumulative time it is."""
 
     label: str
-    functions: tuple[tuple[str, str], ...]  # (file path suffix, function name); "~": a built-in
+    function: Function
 
 
-def _in(file: str, function: str) -> tuple[tuple[str, str], ...]:
-    """One function of a module of ``tuner/`` (``file`` relative to it)."""
-    return ((f"tuner/{file}", function),)
+def _in(file: str, function: str) -> Function:
+    """A function of a module of ``tuner/`` (``file`` relative to it)."""
+    return f"tuner/{file}", function
 
 
-def _builtin(name: str) -> tuple[tuple[str, str], ...]:
-    return (("~", name),)
+def _builtin(name: str) -> Function:
+    return "~", name
 
 
 #: The start-up, before the first claim: what a worker imports and opens once.
@@ -126,12 +130,12 @@ def _entries(stats: pstats.Stats) -> Iterator[tuple[str, str, int, float]]:
         yield path.replace(os.sep, "/"), name, calls, cumulative
 
 
-def cumulative_s(stats: pstats.Stats, functions: tuple[tuple[str, str], ...]) -> float:
-    """The summed cumulative seconds of ``functions`` in ``stats``."""
+def cumulative_s(stats: pstats.Stats, function: Function) -> float:
+    """The cumulative seconds of ``function`` in ``stats`` (summed over files that end alike)."""
+    suffix, wanted = function
     return sum(
         cumulative
         for path, name, _calls, cumulative in _entries(stats)
-        for suffix, wanted in functions
         if name == wanted and path.endswith(suffix)
     )
 
@@ -160,7 +164,7 @@ def storage_calls(stats: pstats.Stats) -> list[tuple[str, float, int]]:
 def results_of(profile: Path, trials: int) -> list[Result]:
     stats = pstats.Stats(str(profile))
     out = [
-        Result(NAME, f"start-up: {p.label}", cumulative_s(stats, p.functions), "{:.2f} s") for p in START_UP
+        Result(NAME, f"start-up: {p.label}", cumulative_s(stats, p.function), "{:.2f} s") for p in START_UP
     ]
     own = cumulative_s(stats, SERVE) - cumulative_s(stats, WARM) - cumulative_s(stats, WAIT)
     out += [
@@ -170,7 +174,7 @@ def results_of(profile: Path, trials: int) -> list[Result]:
                1000 * own / trials, "{:.1f} ms"),
     ]  # fmt: skip
     out += [
-        Result(NAME, f"per trial: {p.label}", 1000 * cumulative_s(stats, p.functions) / trials, "{:.1f} ms")
+        Result(NAME, f"per trial: {p.label}", 1000 * cumulative_s(stats, p.function) / trials, "{:.1f} ms")
         for p in CYCLE
     ]
     for name, seconds, calls in storage_calls(stats)[:STORAGE_ROWS]:

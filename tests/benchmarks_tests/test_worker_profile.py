@@ -1,4 +1,4 @@
-"""The worker profile's table: each part is its functions' cumulative time per trial, read off a
+"""The worker profile's table: each part is its function's cumulative time per trial, read off a
 profile whose times are known (modules named as tuner's and Optuna's, a clock that only moves
 when the code says so)."""
 
