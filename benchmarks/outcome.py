@@ -394,7 +394,7 @@ def main() -> None:
     parser.add_argument(
         "--across-machines",
         action="store_true",
-        help="with --from-results: merge files of different machines (the tables say so)",
+        help="with --from-results: merge files of different machines (the output says so when they differ)",
     )
     parser.add_argument(
         "--tune-args",
@@ -405,17 +405,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.from_results:
         try:
-            merged = merged_results(args.from_results, args.across_machines)
+            try:
+                merged = merged_results(args.from_results)
+            except MachinesDiffer:
+                if not args.across_machines:
+                    raise
+                merged = merged_results(args.from_results, across_machines=True)
+                print(
+                    "(runs of more than one machine merged: a difference between contenders there is "
+                    "partly the machines')"
+                )
         except (OSError, ValueError, KeyError, TypeError) as error:
             parser.exit(2, f"{parser.prog}: error: cannot read results: {error}\n")
         except MachinesDiffer as error:
             parser.exit(2, f"{parser.prog}: error: {error}\n")
         workloads = [w for w in BUDGETS if any(r.workload == w for r in merged)]
-        if args.across_machines:
-            print(
-                "(runs of more than one machine merged: a difference between contenders there is "
-                "partly the machines')"
-            )
         for workload in workloads:
             print("\n" + table(workload, [r for r in merged if r.workload == workload]))
         report(NAME, results(merged, workloads))

@@ -136,8 +136,11 @@ def test_from_results_prints_the_merged_tables_and_runs_nothing(tmp_path: Path) 
     """A tuner-only run after a change, beside the baselines' run of the same machine: the later
     file's tuner runs replace the earlier ones of the same seed, and tuner is compared with the
     best baseline."""
-    done = _from_results(*_tuner_after_baselines(tmp_path, HERE))
+    files = _tuner_after_baselines(tmp_path, HERE)
+    done = _from_results(*files)
     assert done.returncode == 0, done.stderr
+    asked = _from_results(*files, flags=("--across-machines",))  # one machine: nothing to say
+    assert asked.returncode == 0 and asked.stdout == done.stdout
     assert "| tuner | 0.0950 [" in done.stdout  # (0.09 + 0.10) / 2: the later file's runs
     assert "| tpe-last | 0.1150 [" in done.stdout
     # tuner minus tpe-last (the first of the equal best baselines), paired by seed: -0.02 each
