@@ -54,9 +54,12 @@ class WorkloadError(UsageError):
 class WorkloadCodeError(TunerError):
     """The user's workload code failed while the engine ran it (a bug in *their* code, not ours).
 
-    Exit code 1, not 2: the study file is valid and the run was started; the work failed, and the
-    run folder keeps ``error.log`` (the full traceback), which ``log_path`` points at once known.
+    Exit code 2, as for bad input: the user's to fix, and the same code fails the same way again
+    (never 70, which is tuner's own bug). The run folder keeps ``error.log`` (the full
+    traceback), which ``log_path`` points at once known.
     """
+
+    exit_code = 2
 
     def __init__(self, detail: str, log_path: str | None = None) -> None:
         self.detail, self.log_path = detail, log_path

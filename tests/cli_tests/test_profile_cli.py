@@ -285,7 +285,7 @@ def test_a_workload_error_keeps_its_traceback_in_the_throw_away_run_folder(tmp_p
         SLOW_WORKLOAD.replace("time.sleep(self.seconds_per_item)", "raise OSError('disk gone')")
     )
     result = invoke("profile", str(study), "--output-dir", "runs")
-    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     error = plain(result.stderr).splitlines()[-1]
     assert "OSError: disk gone at slow_data.py:17 in __getitem__" in error, error
     (kept,) = (tmp_path / "scratch").glob("tuner-profile-*")

@@ -10,12 +10,20 @@ import json
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.orchestrate_tests.conftest import run_tuner, sqlite_url, start_tuner, toy_study
+from tests.orchestrate_tests.conftest import (
+    PATIENCE_S,
+    load_phase,
+    run_tuner,
+    sqlite_url,
+    start_tuner,
+    toy_study,
+)
 from tests.spec_tests._support import invoke, single_error
 
 
@@ -263,6 +271,170 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     assert report.exit_code == 0, report.output
     logged = json.loads(report.stdout)["tune"]["decisions"]
     assert [d["kind"] for d in logged] == [d["kind"] for d in payload["decisions"]]
+
+
+def _round1_at_the_top_edge(built: Any, *sets: str) -> Any:
+    """Round 1 of ``built`` (under ``sets``, built, not trained): 8 trials whose error falls as
+    the LR rises to the top of [0.01, 1], so that its report moves the range up."""
+    from tests.report_tests.builders import add_trial
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    phase = start_round(load_study(built.path, list(sets)), "round-1", built.output_dir).study
+    positions = [0.04, 0.16, 0.29, 0.41, 0.53, 0.66, 0.78, 0.92]
+    for slot, (u, rank) in enumerate(zip(positions, [8, 7, 6, 5, 4, 3, 2, 1], strict=True)):
+        add_trial(phase, slot, 0.1 * rank, {"optimizer.lr": 0.01 * 100**u}, best_step=10)
+    return phase
+
+
+def test_a_search_seeds_range_move_searches_a_next_study_of_its_own_name(tmp_path: Path) -> None:
+    """``--search-seed 7`` names the study ``toy-search7`` by a ``--set``; the next study tune
+    writes on its round 1's report is ``toy-search7-2``, searched with a round 1 of its own,
+    not read back as ``toy-search7`` (whose phases are done: tune went round them for ever)."""
+    from dataclasses import replace
+
+    from tests.report_tests.builders import study
+    from tuner.playbook.decision_log import Stage
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    sets = ["search_seed=7", "name=toy-search7"]
+    _round1_at_the_top_edge(built, *sets)
+    searched = replace(built, name="toy-search7")
+    first = Stage("toy-search7", "round-1", str(built.path), sets, 8, 80, done=True, steps_per_trial=10)
+    store_tune_state(searched, first, "200", 200)
+    done = run_tuner(*tune_args(built, 200, "--search-seed", "7", "--no-extra-round"), timeout=PATIENCE_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("done in an earlier run") == 1
+    payload = json.loads(done.stdout)
+    applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
+    assert "(toy-search7 -> toy-search7-2)" in applied["text"]
+    following = yaml.safe_load(Path(applied["numbers"]["file"]).read_text())
+    assert following["name"] == "toy-search7-2"
+    assert [s["study"] + "/" + s["phase"] for s in payload["stages"]] == [
+        "toy-search7/round-1",
+        "toy-search7-2/round-1",
+        "toy-search7-2/round-2",
+    ]
+    assert all("name=toy-search7" not in s["sets"] for s in payload["stages"][1:])
+    assert all("search_seed=7" in s["sets"] for s in payload["stages"])  # every search is seed 7's
+    assert "/toy-search7-2/round-2/" in payload["delivered_model"]["checkpoint"]
+
+
+def test_a_loop_that_comes_back_to_a_study_it_searched_is_one_internal_error_line(tmp_path: Path) -> None:
+    """A decision log whose next study is the study itself (nothing ran, nothing new decided)
+    would go round for ever: tune stops with one internal-error line, exit 70."""
+    from tests.report_tests.builders import study
+    from tuner.orchestrate import open_storage
+    from tuner.playbook.decision_log import Decision, load_state, save_state
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    _round1_at_the_top_edge(built)
+    from tuner.playbook.decision_log import Stage
+
+    first = Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10)
+    store_tune_state(built, first, "200", 200)
+    storage = open_storage(built.storage_url)
+    stored = load_state(storage, "toy")
+    assert stored is not None
+    stored.decisions.append(
+        Decision("suggestions_applied", "toy/round-1", "a next study", {"file": str(built.path)})
+    )
+    save_state(storage, "toy", stored)
+    done = run_tuner(*tune_args(built, 200), timeout=PATIENCE_S)
+    assert done.returncode == 70, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr
+    assert "tune came back to toy after toy" in errors[0] and "go round for ever" in errors[0]
+
+
+def _with_a_bug(folder: Path, line: str, bug: str) -> tuple[Path, Path, str]:
+    """The tune study with ``bug`` (lines of code) added to its toy workload after ``line``:
+    the study file, the workload file and the workload's fixed text."""
+    path = tune_study(folder)
+    workload = folder / "toy_workload.py"
+    fixed = workload.read_text()
+    assert line in fixed
+    workload.write_text(fixed.replace(line, line + bug))
+    return path, workload, fixed
+
+
+def test_after_a_bug_in_the_workload_is_fixed_the_same_tune_command_goes_on(tmp_path: Path) -> None:
+    """A bug in the user's workload code that fails before the first training step stops round
+    1 at once: one line naming the user's line, exit 2, no trial retried (every one would fail
+    so). Once the file is fixed, the same command goes on in the same folder: the slot that
+    failed in the old code runs again (its failure no longer holds the phase) and the model is
+    delivered."""
+    path, workload, fixed = _with_a_bug(
+        tmp_path,
+        "    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:\n",
+        '        raise RuntimeError("a bug in the loss")\n',
+    )
+    output_dir = tmp_path / "runs"
+    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 200, "--no-extra-round")
+    failed = run_tuner(*args)
+    assert failed.returncode == 2, failed.stderr
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in failed.stderr
+    assert errors[0].startswith("error: the workload raised RuntimeError: a bug in the loss at ")
+    assert "toy_workload.py:" in errors[0] and " in loss_fn (traceback: " in errors[0]
+    assert "error.log); it failed before the first training step, as every trial would" in errors[0]
+    assert errors[0].endswith("fix it, then run the same command again")
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert len(trials) == 1 and trials[0].state.name == "FAIL" and not trials[0].user_attrs["retried"]
+    again = run_tuner(*args)  # not fixed yet: tried once more (it might have been passing), refused
+    assert again.returncode == 2 and len(load_phase(sqlite_url(output_dir), "toy").trials) == 2
+
+    workload.write_text(fixed)
+    done = run_tuner(*args)
+    assert done.returncode == 0, done.stderr
+    rerun = [t for t in load_phase(sqlite_url(output_dir), "toy").trials if t.user_attrs.get("code_changed")]
+    assert [t.user_attrs["slot"] for t in rerun] == [0]  # the slot the bug failed ran again, fixed
+    assert rerun[0].state.name == "COMPLETE" and rerun[0].user_attrs["retry_of"] == 1
+    assert json.loads(done.stdout)["delivered_model"]["phase"] == "round-2"
+
+
+def test_a_bug_that_fails_after_the_first_step_spends_the_failure_budget_then_the_fix_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A bug at the third step (the trials proved they train): the failure budget is spent, the
+    hint names what works (the fix, or --max-failed); after the fix the same command re-runs
+    every slot the old code failed."""
+    path, workload, fixed = _with_a_bug(
+        tmp_path,
+        '        calls["n"] += 1\n',
+        '        if calls["n"] >= 3:\n            raise RuntimeError("a bug at step 3")\n',
+    )
+    output_dir = tmp_path / "runs"
+    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 200, "--no-extra-round")
+    failed = run_tuner(*args)
+    assert failed.returncode == 1, failed.stderr
+    assert "the failure budget is spent" in failed.stderr
+    assert (
+        "fix the workload and run the same command again" in failed.stderr and "--max-failed" in failed.stderr
+    )
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    crashed = {t.user_attrs["slot"] for t in trials if t.state.name == "FAIL"}
+    assert crashed and all(t.state.name == "FAIL" for t in trials)
+
+    workload.write_text(fixed)
+    done = run_tuner(*args)
+    assert done.returncode == 0, done.stderr
+    rerun = [t for t in load_phase(sqlite_url(output_dir), "toy").trials if t.user_attrs.get("code_changed")]
+    assert {t.user_attrs["slot"] for t in rerun} == crashed
+    assert all(t.state.name == "COMPLETE" for t in rerun)
+
+
+def test_tune_takes_a_failure_budget_for_each_phase_and_says_so(tmp_path: Path) -> None:
+    path = tune_study(tmp_path)
+    output_dir = tmp_path / "runs"
+    args = ("tune", str(path), "--budget", "200", "--no-progress", "--output-dir", str(output_dir))
+    done = run_tuner(*args, "--no-extra-round", "--workers", "1", "--max-failed", "7")
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "failure budget: 7 failed trials in each phase it runs (--max-failed)" in said
+    assert said.count("0 failed (limit 7)") >= 2 and "limit 1)" not in said  # round 1 and round 2 both
+    refused = invoke("tune", str(path), "--budget", "200", "--max-failed", "0", "--dry-run")
+    assert single_error(refused) == "--max-failed 0: must be 1 or more"
 
 
 def test_estimate_gives_the_dry_run_totals_of_a_study_being_tuned(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def crashed_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     options = {"fail": "crash_once", "fail_at_step": CRASH_AT, "marker_dir": str(markers)}
     study = toy_study(folder / "study", options=options, max_train_steps=STEPS, keep_best_checkpoints=2)
     first = _train(study, folder / "runs")
-    assert first.returncode == 1, first.stdout + first.stderr
+    assert first.returncode == 2, first.stdout + first.stderr
     assert (folder / "runs" / "toy" / "train" / "run-001" / "checkpoints" / "latest.pt").exists()
     return folder
 

@@ -320,7 +320,7 @@ def test_a_dataset_that_raises_is_blamed_at_its_line_with_or_without_workers(
     pid_dir.mkdir()
     process = _train(_study(tmp_path, fail=True, pid_dir=str(pid_dir)), tmp_path / "runs", workers)
     _, err = process.communicate(timeout=2 * PATIENCE_S)
-    assert process.returncode == 1
+    assert process.returncode == 2
     assert "the workload raised ValueError: item" in err and "is unreadable at " in err
     assert "item_workload.py:" in err and "in __getitem__" in err and "Traceback" not in err
     run_dir = _run_dir(tmp_path / "runs")

@@ -63,8 +63,12 @@ def build(ctx):
         y = y.float()
     if ctx.options.get("bad_label"):
         y[-1] = 12
+    if ctx.options.get("float64_inputs"):
+        x = x.double()
     data = (Listed if ctx.options.get("listed") else TensorDataset)(x, y)
     model = Net(ctx.options.get("out", 10), ctx.options.get("fail_forward", False))
+    if ctx.options.get("sequential"):  # torch's layers only: no frame of this file in a forward
+        model = torch.nn.Sequential(torch.nn.Linear(ctx.options["sequential"], 10))
     return Workload(model=model, train_data=data, eval_data=data, num_classes=10)
 '''
 
@@ -99,7 +103,7 @@ def test_an_exception_in_the_users_build_names_their_line_and_the_error_log(tmp_
     study = _study(tmp_path)
     study.write_text(study.read_text().replace("hidden: 8", "hiden: 8"))
     result = _train("study.yaml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == (
         "error: the workload raised KeyError: 'hidden' at my_workload.py:31 in build "
         f"(traceback: {RUN}/error.log)\n"
@@ -112,9 +116,35 @@ def test_an_exception_in_the_users_build_names_their_line_and_the_error_log(tmp_
 def test_an_exception_in_the_users_model_at_the_first_step_names_their_forward(tmp_path: Path) -> None:
     _study(tmp_path, fail_forward=True)
     result = _train("study.yaml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.startswith("error: the workload raised RuntimeError: mat1 and mat2 shapes")
     assert f"at my_workload.py:26 in forward (traceback: {RUN}/error.log)\n" in result.output
+
+
+def test_float64_inputs_into_a_float32_model_are_the_workloads_error_before_training(tmp_path: Path) -> None:
+    _study(tmp_path, float64_inputs=True, sequential=4)
+    result = _train("study.yaml")
+    assert result.exit_code == 2  # the user's to fix, never tuner's internal error (70)
+    assert result.output == (
+        "error: the workload's inputs are float64 but its model's parameters are float32: convert the "
+        "data (e.g. torch.tensor(x, dtype=torch.float32)) or the model (model.to(torch.float64)) "
+        f"(traceback: {RUN}/error.log)\n"
+    )
+    assert read_status(RUN)["status"] == "failed"
+
+
+def test_a_model_of_torchs_layers_only_that_raises_is_the_workloads_error(tmp_path: Path) -> None:
+    """An ``nn.Sequential`` whose first layer takes 5 features of 4: no frame of the user's file
+    in the traceback, and still the workload's error (exit 2), not tuner's own."""
+    _study(tmp_path, sequential=5)
+    result = _train("study.yaml")
+    assert result.exit_code == 2
+    assert result.output.startswith(
+        "error: the workload's model (Sequential) raised RuntimeError: mat1 and mat2 shapes cannot be "
+        "multiplied"
+    )
+    assert result.output.endswith(f" in its forward (traceback: {RUN}/error.log)\n")
+    assert "Traceback" in (RUN / "error.log").read_text()
 
 
 @pytest.mark.parametrize(
@@ -145,7 +175,7 @@ def test_a_batch_that_breaks_the_contract_is_refused_before_training(
 ) -> None:
     _study(tmp_path, **options)
     result = _train("study.yaml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output == f"error: {message} (traceback: {RUN}/error.log)\n"
     assert not (RUN / "checkpoints" / "latest.pt").exists()  # found before the first eval
     metrics = RUN / "metrics.csv"
@@ -157,7 +187,7 @@ def test_a_bad_label_in_the_first_batch_of_any_dataset_is_refused(tmp_path: Path
     source = WORKLOAD.replace("y = torch.randint(0, 10", "y = torch.randint(9, 11")
     (tmp_path / "my_workload.py").write_text(source)
     result = _train(str(study))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "the workload's targets include 10, outside 0..9" in result.output
 
 
@@ -196,7 +226,7 @@ def test_a_failed_start_in_user_code_keeps_one_folder_the_fixed_rerun_reuses(tmp
     workload = tmp_path / "my_workload.py"
     workload.write_text(WORKLOAD.replace('ctx.options["hidden"]', 'ctx.options["hiden"]'))
     for _ in range(2):
-        assert _tuner("train", "study.yaml", "--no-progress").returncode == 1
+        assert _tuner("train", "study.yaml", "--no-progress").returncode == 2
     assert sorted(p.name for p in RUN.parent.iterdir()) == ["run-001"]
     assert json.loads((RUN / "status.json").read_text())["status"] == "failed"
     workload.write_text(WORKLOAD)

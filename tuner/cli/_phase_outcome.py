@@ -94,9 +94,28 @@ LOGGED_REASONS = ("crashed", "oom", "timeout", "stalled", "killed")
 SHOWN_LOGS = 3
 
 
+def broken_line(snapshot: PhaseSnapshot) -> str:
+    """One line for a phase the workload's own error stopped before any trial trained a step."""
+    from tuner.orchestrate.budget import BROKEN_ATTR, final_failure, superseded
+
+    replaced = superseded(snapshot.trials)
+    broken = sorted(
+        (t for t in snapshot.trials if final_failure(t, replaced) and t.user_attrs.get(BROKEN_ATTR)),
+        key=lambda t: t.number,
+    )
+    error = str(broken[0].user_attrs.get("error", "")) if broken else ""
+    return (
+        f"{error}; it failed before the first training step, as every trial would, so no trial "
+        "was retried: fix it, then run the same command again"
+    )
+
+
 def failure_advice(snapshot: PhaseSnapshot) -> list[str]:
     """What to read or change for the phase's final failures (diverged trials are not failures)."""
-    final = [t for t in snapshot.trials if t.state.name == "FAIL" and not t.user_attrs.get("retried")]
+    from tuner.orchestrate.budget import final_failure, superseded
+
+    replaced = superseded(snapshot.trials)
+    final = [t for t in snapshot.trials if final_failure(t, replaced)]
     logged = [t for t in final if t.user_attrs.get("failure_reason", "crashed") in LOGGED_REASONS]
     if not logged:
         return []
@@ -184,10 +203,15 @@ def summarize(
             error_line(escape(line))
         err.print(f"stopped at {counts.finished}/{settings.max_trials} trials", markup=False)
         raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_USAGE)
+    if counts.workload_broken:
+        error_line(escape(broken_line(snapshot)))
+        raise typer.Exit(EXIT_INTERNAL if crashed else EXIT_USAGE)
     if counts.failed >= settings.max_failed:
         err.print(
             f"[red]stopped:[/] the failure budget is spent: {plural(counts.failed, 'trial')} failed "
-            f"({counts.failure_summary()}), limit {settings.max_failed}; raise it with --max-failed to go on"
+            f"({counts.failure_summary()}), limit {settings.max_failed}; fix the workload and run the same "
+            "command again (trials that failed in code since changed run again), or raise the limit "
+            "with --max-failed"
         )
         for line in failure_advice(snapshot):
             err.print(f"  {line}", markup=False)

@@ -16,10 +16,13 @@ from tuner.cli._options import set_option, study_argument, workers_option
 
 def _failed_trials(outcome: object, phase: str) -> list[str]:
     """Trials that did not complete (a diverged sweep LR is a result, not a failure)."""
+    from tuner.orchestrate.budget import superseded
+
     snapshot = outcome.snapshot  # type: ignore[attr-defined]
+    replaced = superseded(snapshot.trials)
     bad = []
     for trial in snapshot.trials:
-        if trial.state.name == "COMPLETE" or trial.user_attrs.get("retried"):
+        if trial.state.name == "COMPLETE" or trial.user_attrs.get("retried") or trial.number in replaced:
             continue
         reason = trial.user_attrs.get("failure_reason", trial.state.name.lower())
         if phase == "sweep-lr" and reason == "diverged":

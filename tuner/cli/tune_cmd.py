@@ -125,6 +125,12 @@ def tune(
         metavar="N",
         help="A fresh search (other points, inits, data order; the same data split), as STUDY-searchN.",
     ),
+    max_failed: int | None = typer.Option(
+        None,
+        "--max-failed",
+        metavar="N",
+        help="Failure budget of each phase it runs (default: each phase's own, a third of its trials).",
+    ),
     set_: list[str] = set_option(),
     output_dir: Path = output_dir_option(),
     workers: int | None = workers_option(),
@@ -146,6 +152,8 @@ def tune(
         raise UsageError(f"--max-searches {max_searches}: at least 1 (round 1 of the study itself)")
     if search_seed is not None and search_seed < 0:
         raise UsageError(f"--search-seed {search_seed}: must be 0 or more")
+    if max_failed is not None and max_failed < 1:
+        raise UsageError(f"--max-failed {max_failed}: must be 1 or more")
     request = TuneRequest(
         path=path,
         budget=parsed,
@@ -167,6 +175,7 @@ def tune(
         as_json=as_json,
         progress=progress,
         search_seed=search_seed,
+        max_failed=max_failed,
     )
     context = open_context(request)
     if search_seed is not None:
@@ -176,6 +185,8 @@ def tune(
             f"and data order; the data split is seed {spec.seed}'s, as in every search of the file; "
             f"studied as {spec.name}"
         )
+    if max_failed is not None:
+        context.say(f"failure budget: {max_failed} failed trials in each phase it runs (--max-failed)")
     refuse_no_sweep_without_length(context)
     context.budget_steps = budget_in_steps(context)
     if dry_run:

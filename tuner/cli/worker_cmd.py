@@ -145,7 +145,7 @@ def worker(
         check_devices([device], "--device")
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
     from tuner.spec import load_study
-    from tuner.workloads import check_study
+    from tuner.workloads import check_study, workload_code
 
     loaded = load_study(path, set_)
     check_study(loaded)
@@ -191,6 +191,7 @@ def worker(
                 make_job=plan.make_job,
                 params_for_slot=plan.params_for_slot,
                 code_dir=loaded.base_dir,
+                workload_code=workload_code(spec.workload.name, loaded.base_dir),
                 threads=threads,
                 label=label or "",
                 sampler=plan.sampler(),

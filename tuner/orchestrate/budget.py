@@ -27,11 +27,28 @@ from tuner.orchestrate.phase import PhaseSettings
 
 FAILURE_WARNING_RATE = 0.2
 DUPLICATE_ATTR = "duplicate_of"  # a trial that lost a race for its slot (see claim.py): never counted
+# the workload's own error before a trial's first step: never retried (the same code raises it
+# again), and while no trial of the phase has trained a step it stops the phase (``decide``)
+BROKEN_ATTR = "workload_broken"
 
 
 def slot_key(trial: Any) -> tuple[int, int]:
     """(slot, attempt): what a trial fills. Two trials with one key are one of them too many."""
     return int(trial.user_attrs.get("slot", trial.number)), int(trial.user_attrs.get("attempt", 0))
+
+
+def superseded(trials: Iterable[Any]) -> set[int]:
+    """The numbers of the trials a later attempt of their slot replaced (its ``retry_of``): a
+    retry, or a failure re-run once the workload's code changed (``failures.missing_retries``)."""
+    return {int(t.user_attrs["retry_of"]) for t in trials if t.user_attrs.get("retry_of") is not None}
+
+
+def final_failure(trial: Any, replaced: set[int]) -> bool:
+    """A FAIL trial that stands as its slot's outcome: not marked ``retried``, not replaced by a
+    later attempt (``replaced``: ``superseded``); diverged trials included (they are results).
+    An Optuna ``FrozenTrial`` or a ``StoredTrial`` (whose state is the plain name)."""
+    state = getattr(trial.state, "name", trial.state)
+    return state == "FAIL" and not trial.user_attrs.get("retried") and trial.number not in replaced
 
 
 def counted(trials: Iterable[Any]) -> list[Any]:
@@ -57,6 +74,7 @@ class PhaseCounts:
     running: int = 0
     waiting: int = 0
     unproven: int = 0  # running trials that have not finished a training step yet
+    broken: int = 0  # final failures of the workload's own error before their first step
     slots: int = 0  # slots started so far (a retry reuses its slot)
     next_slot: int = 0  # the number the next new slot gets
     reasons: Counter[str] = field(default_factory=Counter)
@@ -76,6 +94,13 @@ class PhaseCounts:
     def to_start(self, settings: PhaseSettings) -> int:
         """Trials not started yet: retries waiting, plus slots of the budget never started."""
         return self.waiting + max(0, settings.max_trials - self.slots)
+
+    @property
+    def workload_broken(self) -> bool:
+        """A trial failed of the workload's own error before its first step, and no trial has
+        trained a step since (none completed, none running past its first step): every trial
+        would fail so, and the phase stops without spending its failure budget on them."""
+        return bool(self.broken) and self.completed == 0 and self.running == self.unproven
 
     def failure_summary(self) -> str:
         """``2 crashed, 1 oom`` (diverged trials are not failures: see ``diverged``)."""
@@ -110,7 +135,9 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
     counts = PhaseCounts()
     slots: set[int] = set()
     finite: list[Any] = []  # completed with a finite value: what "a new best" is judged on
-    for trial in counted(trials):
+    live = counted(trials)
+    replaced = superseded(live)
+    for trial in live:
         slots.add(int(trial.user_attrs.get("slot", trial.number)))
         if trial.state == TrialState.COMPLETE:
             counts.completed += 1
@@ -127,9 +154,10 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
             reason = trial.user_attrs.get("failure_reason", "crashed")
             if reason == "diverged":  # never retried
                 counts.diverged += 1
-            elif not trial.user_attrs.get("retried"):
+            elif final_failure(trial, replaced):
                 counts.failed += 1
                 counts.reasons[reason] += 1
+                counts.broken += bool(trial.user_attrs.get(BROKEN_ATTR))
         elif trial.state == TrialState.RUNNING:
             counts.running += 1
             if not trial.user_attrs.get("healthy"):
@@ -200,6 +228,7 @@ def decide(
 ) -> Decision:
     """The budget rules, in order.
 
+    - The workload broken (``PhaseCounts.workload_broken``): stop the phase, retrying nothing.
     - Failure budget reached: stop the phase (exit code 1). Diverged trials do not count.
     - Nothing left to start (no retry waiting, every slot of the budget started): done if
       nothing runs either, else wait (a running trial may die and be retried).
@@ -211,6 +240,12 @@ def decide(
       crash do so at once, so a phase of crashing trials stops at exactly ``max_failed``;
       healthy trials stop reserving budget after their first step, so parallelism is not lost.
     """
+    if counts.workload_broken:
+        return Decision(
+            Action.FAILED,
+            "the workload failed before its first training step, as every trial would (none was "
+            "retried): fix it, then run the same command again",
+        )
     if counts.failed >= settings.max_failed:
         return Decision(
             Action.FAILED,

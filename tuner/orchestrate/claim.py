@@ -81,9 +81,18 @@ class Claimer:
     """Claims trials of ``study`` for one worker; ``new_slot(slot)`` says how to create a slot."""
 
     def __init__(
-        self, storage: Any, study: Any, new_slot: Callable[[int], NewSlot], *, beat_s: float | None = None
+        self,
+        storage: Any,
+        study: Any,
+        new_slot: Callable[[int], NewSlot],
+        *,
+        beat_s: float | None = None,
+        code: str | None = None,
     ) -> None:
-        """``beat_s``: beat each trial this claimer starts, every ``beat_s``, from the moment it
+        """``code``: the digest of the workload code this worker runs; final failures of other
+        code are run again (``failures.missing_retries``).
+
+        ``beat_s``: beat each trial this claimer starts, every ``beat_s``, from the moment it
         is RUNNING (the thread goes with ``Claimed``). Without it a claim whose later calls were
         retried (a lock lost, connections cut: seconds of backoff) left its trial with only the
         start's beat, and another worker declared the live trial dead (seen under chaos and load:
@@ -93,6 +102,8 @@ class Claimer:
         self._spread = 1  # without a lock: how many free slots a new slot is drawn from, at least
         self.running = 0  # RUNNING trials of the phase as the last claim counted them
         self.beat_s = beat_s
+        self.code = code
+        self.window: float | None = None  # the run window of the last claim (``phase.WINDOW_ATTR``)
         self._beating: dict[int, HeartbeatThread] = {}  # trial id -> its beat, until handed over
         # trial ids whose start (the compare-and-set to RUNNING) this claim won: ours, whatever
         # token a rival wrote since, even with no owner written (that write may be what failed)
@@ -101,6 +112,7 @@ class Claimer:
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
         the phase's run window (``phase.window_started_at``), for ``timeout_h``."""
+        self.window = window_started_at
         try:
             result = self._claim(settings, window_started_at)
             beat = self._beating.pop(result.trial_id, None) if isinstance(result, Claimed) else None
@@ -156,7 +168,8 @@ class Claimer:
             mine = mine or self._started_here(trials, token)
             if mine:  # an earlier try of this claim got through: continue it, create nothing
                 return self._resume(mine[0], token)
-            retries = enqueue_missing_retries(self.storage, self.study, trials)  # a crash lost them
+            # a crash lost them, or the code they failed in has changed since
+            retries = enqueue_missing_retries(self.storage, self.study, trials, self.code, window_started_at)
             if retries:
                 enqueued += retries
                 trials = self.study.get_trials(deepcopy=False)

@@ -9,6 +9,13 @@ and ``disk_full`` (the machine's fault, not the trial's: continued like an inter
 so it resumes from the last checkpoint. ``diverged`` is never retried (it would diverge again);
 a retry that raises the very same exception is not retried again; other reasons get at most
 ``max_retries`` retries. Interruptions and full disks do not count against ``max_retries``.
+
+A failure of workload code that has since changed (its ``workload_code`` digest is not the one
+the workers run now) no longer stands: its slot is run again with a fresh set of retries, so a
+phase whose failure budget a bug spent goes on once the bug is fixed (``missing_retries``). So
+does a broken workload's failure (``budget.BROKEN_ATTR``: its own error before the first step,
+never retried in the run that saw it) once a command opens another run window: the same command
+again tries it once more, as a user who thinks the error was passing expects.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from typing import Any
 
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
+from tuner.orchestrate.budget import BROKEN_ATTR, final_failure, superseded
 from tuner.orchestrate.duplicates import counted, yield_duplicates
 from tuner.orchestrate.heartbeat import BeatWatch, StaleSuspects, has_heartbeat_table
 from tuner.orchestrate.locks import LostLocks, phase_lock
 from tuner.orchestrate.phase import PhaseSettings
 
 ERROR_LOG = "error.log"
+CODE_ATTR = "workload_code"  # the digest of the workload's source a trial ran (``workload_code``)
 
 
 class FailureReason(StrEnum):
@@ -171,7 +180,7 @@ def _fail_once(
         current = storage.get_trial(trial_id)
         failed_here = False
         if not current.state.is_finished():
-            retry = _retry_allowed(current, reason, error, settings)
+            retry = _retry_allowed(current, reason, error, settings) and not attrs.get(BROKEN_ATTR)
             written = {"failure_reason": str(reason), "error": error, "retried": retry, **attrs}
             try:
                 adapter.set_user_attrs(storage, trial_id, written)
@@ -184,31 +193,63 @@ def _fail_once(
     return failed_here
 
 
-def missing_retries(trials: list[Any]) -> list[Any]:
-    """The FAIL trials marked ``retried`` whose retry is not in ``trials`` (a crash between the
-    two writes lost it): ``enqueue_missing_retries`` adds them; until then the slot is open."""
+def missing_retries(trials: list[Any], code: str | None = None, window: float | None = None) -> list[Any]:
+    """The FAIL trials whose retry is not in ``trials``: those marked ``retried`` (a crash between
+    the two writes lost it), and the final failures that no longer stand: of workload code other
+    than ``code`` (``stale_code``), or a broken workload's of a run window before ``window``
+    (``stale_window``); ``enqueue_missing_retries`` adds them."""
     from optuna.trial import TrialState
 
     trials = counted(trials)
-    succeeded = {t.user_attrs.get("retry_of") for t in trials}
+    replaced = superseded(trials)
     return [
         t
         for t in trials
-        if t.state == TrialState.FAIL and t.user_attrs.get("retried") and t.number not in succeeded
+        if t.state == TrialState.FAIL
+        and t.number not in replaced
+        and (
+            t.user_attrs.get("retried") or stale_code(t, code, replaced) or stale_window(t, window, replaced)
+        )
     ]
 
 
-def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None = None) -> list[int]:
-    """Under the phase lock: a WAITING retry for each FAIL trial marked ``retried`` that has none.
+def stale_window(trial: Any, window: float | None, replaced: set[int]) -> bool:
+    """A broken workload's final failure (``budget.BROKEN_ATTR``) seen in another run window."""
+    seen = trial.user_attrs.get(BROKEN_ATTR)
+    return window is not None and seen is not None and seen != window and final_failure(trial, replaced)
 
-    The retry is a new trial for the same slot, same parameters, same run folder (it resumes).
+
+def stale_code(trial: Any, code: str | None, replaced: set[int]) -> bool:
+    """A final failure (not diverged: that is the search space's) of workload code other than
+    ``code``: the bug it hit may be fixed, so it does not hold the phase's failure budget."""
+    ran = trial.user_attrs.get(CODE_ATTR)
+    return (
+        code is not None
+        and ran is not None
+        and ran != code
+        and trial.user_attrs.get("failure_reason") != str(FailureReason.DIVERGED)
+        and final_failure(trial, replaced)
+    )
+
+
+def enqueue_missing_retries(
+    storage: Any,
+    study: Any,
+    trials: list[Any] | None = None,
+    code: str | None = None,
+    window: float | None = None,
+) -> list[int]:
+    """Under the phase lock: a WAITING retry for each FAIL trial ``missing_retries`` finds.
+
+    The retry is a new trial for the same slot, same parameters, same run folder (it resumes);
+    one of a failure that no longer stands (``missing_retries``) starts with no retry used.
     Returns the numbers of the trials enqueued.
     """
     from optuna.trial import TrialState, create_trial
 
     trials = counted(trials if trials is not None else study.get_trials(deepcopy=False))
     enqueued = []
-    for failed in missing_retries(trials):
+    for failed in missing_retries(trials, code, window):
         reason = failed.user_attrs.get("failure_reason")
         interrupted = reason in FREE_RETRY
         error = failed.user_attrs.get("error")
@@ -220,6 +261,9 @@ def enqueue_missing_retries(storage: Any, study: Any, trials: list[Any] | None =
             "retries_used": int(failed.user_attrs.get("retries_used", 0)) + (not interrupted),
             "previous_error": failed.user_attrs.get("previous_error") if interrupted else error,
         }
+        if not failed.user_attrs.get("retried"):  # it no longer stands: retries start over
+            user_attrs |= {"retries_used": 0, "previous_error": None}
+            user_attrs["code_changed" if stale_code(failed, code, set()) else "tried_again"] = True
         if "run_dir" in failed.user_attrs:
             user_attrs["resume_dir"] = failed.user_attrs["run_dir"]
         # what ``Study.enqueue_trial`` writes, in one call that tells us the new trial's id

@@ -57,10 +57,13 @@ class Finished:
 
 @dataclass(frozen=True)
 class Errored:
-    """The run raised; the child classified it."""
+    """The run raised; the child classified it. ``workload``: the error is the workload's own
+    (its code raised, or the study and the workload disagree), so the same code would raise it
+    again in a fresh process."""
 
     reason: FailureReason
     message: str
+    workload: bool = False
 
 
 ChildMessage = Started | Healthy | Evaluated | CheckpointSaved | Finished | Errored

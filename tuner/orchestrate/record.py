@@ -16,6 +16,7 @@ from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import resident_memory_mb
+from tuner.orchestrate.budget import BROKEN_ATTR
 from tuner.orchestrate.failures import (
     FailureReason,
     describe_exit,
@@ -60,10 +61,14 @@ class Recorder:
         last_step: int | None,
         on_eval: Callable[[int], None] = lambda step: None,
         frozen: Any = None,
+        window: float | None = None,
     ) -> None:
-        """``frozen``: the trial's ``FrozenTrial`` as claimed, for the sampler's ``after_trial``."""
+        """``frozen``: the trial's ``FrozenTrial`` as claimed, for the sampler's ``after_trial``;
+        ``window``: the run window it was claimed in (a broken workload holds only that one)."""
         self.storage, self.study, self.trial_id, self.number = storage, study, trial_id, number
         self.attempt, self.last_step, self.on_eval, self.frozen = attempt, last_step, on_eval, frozen
+        self.window = window
+        self.trained = False  # a training step finished (``Healthy``), or it resumed past one
 
     def _set(self, key: str, value: Any) -> None:
         self._set_all({key: value})
@@ -85,6 +90,8 @@ class Recorder:
         """
         from optuna.exceptions import UpdateFinishedTrialError
 
+        if isinstance(message, Healthy) or (isinstance(message, Started) and message.step):
+            self.trained = True
         match message:
             case Started(step=step) if self.attempt or step:
                 self._set("resumed_from_step", int(step))
@@ -184,6 +191,8 @@ class Recorder:
                 child_dead = False  # it wrote its own status
             case Errored():
                 reason, message = outcome.reason, outcome.message
+                if outcome.workload and not self.trained:  # before any step: every trial would
+                    extra[BROKEN_ATTR] = self.window if self.window is not None else True
             case TimedOut():
                 reason, message = (
                     FailureReason.TIMEOUT,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner._lifetime import die_with_parent
-from tuner.errors import TunerError
+from tuner.errors import TunerError, UsageError, WorkloadCodeError
 from tuner.orchestrate.disk_full import disk_full_path
 from tuner.orchestrate.failures import FailureReason
 from tuner.orchestrate.messages import Errored, Finished
@@ -161,9 +161,11 @@ def trial_main(
         # what they are; a class name in front would only repeat it
         text = str(error) if isinstance(error, TunerError) else f"{type(error).__name__}: {error}"
         summary = (text.strip().splitlines() or [type(error).__name__])[0][:500]
+        workload = isinstance(error, (WorkloadCodeError, UsageError)) and not oom
         if full is not None:  # the machine's fault: the worker stops, the trial continues later
             reason, summary = FailureReason.DISK_FULL, f"disk full: {full} ({summary})"[:500]
-        connection.send(Errored(reason, summary))
+            workload = False
+        connection.send(Errored(reason, summary, workload))
         sys.stderr.flush()
         os._exit(1)
     best = result.best_value

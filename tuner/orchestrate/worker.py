@@ -32,6 +32,7 @@ from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
 from tuner.orchestrate.disk_full import DiskFull, SpaceReserve, disk_full_path
 from tuner.orchestrate.failures import (
+    CODE_ATTR,
     FailureReason,
     fail_stale_trials,
     fail_trial,
@@ -66,6 +67,7 @@ class WorkerOptions:
     make_job: Callable[[int, dict[str, Any], Path], TrialJob]  # slot, config values, run folder -> job
     params_for_slot: Callable[[int], dict[str, Any]] = dict  # fixed points ({}: the sampler picks)
     code_dir: Path = field(default_factory=Path.cwd)
+    workload_code: str | None = None  # a digest of the workload's source (``workload_code``)
     threads: int | None = None
     label: str = ""
     poll_s: float = 0.5
@@ -115,9 +117,13 @@ class Worker:
         self.distributions = distributions(options.search_space)
         self.label = options.label or f"{socket.gethostname()}:{os.getpid()}"
         self.version = code_version(options.code_dir)
+        if options.workload_code is not None:
+            self.version[CODE_ATTR] = options.workload_code
         self.status_file = options.phase_dir / ".workers" / f"{self.label.replace('/', '_')}.json"
         self.signals = signals or SignalFlag()  # the caller's, if it counted signals while starting
-        self.claimer = Claimer(self.storage, self.study, self._new_slot, beat_s=self.heartbeat_s)
+        self.claimer = Claimer(
+            self.storage, self.study, self._new_slot, beat_s=self.heartbeat_s, code=options.workload_code
+        )
         self._prepared: dict[int, TrialJob] = {}  # slot -> job, for slots created complete
         self.reserve = SpaceReserve(self.status_file.with_suffix(".reserve"))  # see disk_full.py
         self._current: tuple[int, PhaseSettings, Path | None] | None = None  # trial being run
@@ -302,6 +308,7 @@ class Worker:
             last_step=None,
             on_eval=lambda step: self._write_status("training", f"step {step}", step=step, **status),
             frozen=frozen,
+            window=self.claimer.window,
         )
         try:
             if job is None:  # a retry, or a point the sampler chooses now

@@ -82,8 +82,8 @@ def top_points(
 ) -> tuple[list[RankedPoint], str]:
     """The ``top_k`` best points of COMPLETE runs (ranked by their mean over seeds; ties by
     slot), and a note when the source round is unfinished."""
-    from optuna.trial import TrialState
 
+    from tuner.orchestrate.budget import final_failure, superseded
     from tuner.orchestrate.duplicates import counted
 
     live = counted(trials)
@@ -93,9 +93,8 @@ def top_points(
     unfinished = sum(1 for t in live if not t.state.is_finished())
     if len(points) < top_k:
         diverged = sum(1 for t in live if t.user_attrs.get("failure_reason") == "diverged")
-        failed = (
-            sum(1 for t in live if t.state == TrialState.FAIL and not t.user_attrs.get("retried")) - diverged
-        )
+        replaced = superseded(live)
+        failed = sum(1 for t in live if final_failure(t, replaced)) - diverged
         of_runs = f", from {len(completed)} runs" if noun == "points" else ""
         raise UsageError(
             f"round {number} trains {source}'s {top_k} best completed {noun}, but {source} has only "

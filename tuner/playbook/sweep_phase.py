@@ -118,11 +118,14 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
 
 def sweep_trials(trials: Iterable[Any]) -> list[Any]:
     """The phase's trials (Optuna ``FrozenTrial``s or ``StoredTrial``s) as ``SweepTrial``s,
-    retried attempts and duplicates left out."""
+    retried attempts (and failures a later attempt replaced) and duplicates left out."""
+    from tuner.orchestrate.budget import superseded
     from tuner.orchestrate.duplicates import counted
     from tuner.playbook.sweep_lr import sweep_trial_from_optuna
 
-    found = [sweep_trial_from_optuna(t) for t in counted(list(trials))]
+    live = counted(list(trials))
+    replaced = superseded(live)
+    found = [sweep_trial_from_optuna(t) for t in live if t.number not in replaced]
     return [t for t in found if t is not None]
 
 

@@ -117,9 +117,11 @@ def write_next_study(
     if not result.changes:
         result.nothing = f"none of the report's suggestions could be applied to {study_file}"
         return result
-    result.old_name, result.name = spec.name, next_name(spec.name, generated=original.startswith(MARK))
+    # the name the phases ran under: the file's, or a --set name= (tune --search-seed's) over it
+    result.old_name = report.study or spec.name
+    result.name = next_name(result.old_name, generated=original.startswith(MARK))
     try:
-        _carry_over(editor, spec, result.name, stored_steps, study_file, destination, note)
+        _carry_over(editor, spec, result.old_name, result.name, stored_steps, study_file, destination, note)
         for (anchor, reason), changes in comments.items():
             text = f"tuner report: {', '.join(changes)}: {reason}"
             wrapped = textwrap.wrap(text, COMMENT_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
@@ -137,6 +139,7 @@ def write_next_study(
 def _carry_over(
     editor: YamlText,
     spec: StudySpec,
+    old_name: str,
     name: str,
     stored_steps: int | None,
     study_file: Path,
@@ -148,16 +151,16 @@ def _carry_over(
     if not editor.get(MAX_TRAIN_STEPS)[0] and stored_steps is not None:
         editor.set(MAX_TRAIN_STEPS, stored_steps, after=NEAR_MAX_TRAIN_STEPS)
         reason = (
-            f"the phases of {spec.name} trained with sweep-lr's value, stored under the name "
-            f"{spec.name}, which the new name does not read"
+            f"the phases of {old_name} trained with sweep-lr's value, stored under the name "
+            f"{old_name}, which the new name does not read"
         )
         note(MAX_TRAIN_STEPS, f"max_train_steps {stored_steps} written out", reason)
     editor.set(("name",), name)
     reason = (
-        f"a changed file cannot continue the phases of {spec.name} (tuner refuses a changed study "
+        f"a changed file cannot continue the phases of {old_name} (tuner refuses a changed study "
         "file); the new name gives it its own phases and output folder"
     )
-    note(("name",), f"name {spec.name} -> {name}", reason)
+    note(("name",), f"name {old_name} -> {name}", reason)
     for path, old, new in moved_paths(spec, study_file, destination):
         editor.set(path, new)
         what = ".".join(map(str, path))

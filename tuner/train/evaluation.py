@@ -77,7 +77,15 @@ class Evaluator:
     def _logits_and_losses(self, model: torch.nn.Module, dataset: Dataset, indices: torch.Tensor):
         inputs, targets = fetch(dataset, indices)
         inputs, targets = inputs.to(self.device), targets.to(self.device)
-        logits = model(inputs)
+        try:
+            logits = model(inputs)
+        except Exception as error:
+            from tuner.train.workload_errors import blame_model
+
+            blamed = blame_model(error, model)
+            if blamed is None:
+                raise
+            raise blamed from error
         return logits, targets, self.loss_fn(logits, targets)
 
     def run(self, model: torch.nn.Module) -> tuple[dict[str, float], list[dict[str, Any]]]:

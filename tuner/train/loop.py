@@ -29,7 +29,7 @@ from tuner.train.events import FINISHED, Callback, Event, StopReason, StopTraini
 from tuner.train.metrics import masked_mean_loss
 from tuner.train.rng import rng_state, set_rng_state
 from tuner.train.schedules import Schedule
-from tuner.train.workload_errors import check_batch
+from tuner.train.workload_errors import blame_model, check_batch, check_inputs
 from tuner.workloads import IGNORE_INDEX
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -184,7 +184,15 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         self.lr = lr
-        logits = self.train_model(inputs)
+        if not self._batch_checked:
+            check_inputs(inputs, self.model)
+        try:
+            logits = self.train_model(inputs)
+        except Exception as error:
+            blamed = blame_model(error, self.model)
+            if blamed is None:
+                raise
+            raise blamed from error
         if not self._batch_checked:  # the first step's own forward: no extra pass, no RNG drawn
             check_batch(logits, targets, self.num_classes)  # type: ignore[arg-type]
             self._batch_checked = True

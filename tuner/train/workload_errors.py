@@ -77,6 +77,42 @@ def blame_workload(error: BaseException) -> WorkloadCodeError | None:
     return WorkloadCodeError(f"the workload raised {first} at {where}")
 
 
+def blame_model(error: BaseException, model: torch.nn.Module) -> WorkloadCodeError | None:
+    """``blame_workload``, or, for an error raised while the workload's model ran its forward in
+    torch's own layers only (an ``nn.Sequential`` has no frame of the user's), the model's error:
+    its input is the workload's too. None for what is not an ordinary error (see there)."""
+    blamed = blame_workload(error)
+    if blamed is not None or not isinstance(error, Exception) or isinstance(error, TunerError):
+        return blamed
+    if is_out_of_memory(error):
+        return None
+    from tuner.train.events import StopTraining
+
+    if isinstance(error, StopTraining):
+        return None
+    what = "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()
+    first = what[0] if what else type(error).__name__
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps the workload's model
+    return WorkloadCodeError(f"the workload's model ({type(inner).__name__}) raised {first} in its forward")
+
+
+def check_inputs(inputs: object, model: torch.nn.Module) -> None:
+    """The first batch's floating-point inputs have the dtype of the model's floating-point
+    parameters (float64 data into a float32 model fails in the first layer, as a cryptic
+    ``mat1 and mat2 must have the same dtype``)."""
+    if not isinstance(inputs, torch.Tensor) or not inputs.dtype.is_floating_point:
+        return  # token ids, several tensors, a dict: the model's own business
+    dtypes = {p.dtype for p in model.parameters() if p.dtype.is_floating_point}
+    if len(dtypes) != 1 or inputs.dtype in dtypes:
+        return  # no parameters, or mixed precision on purpose
+    (wanted,) = dtypes
+    got, want = str(inputs.dtype).removeprefix("torch."), str(wanted).removeprefix("torch.")
+    raise WorkloadCodeError(
+        f"the workload's inputs are {got} but its model's parameters are {want}: convert the data "
+        f"(e.g. torch.tensor(x, dtype=torch.{want})) or the model (model.to(torch.{got}))"
+    )
+
+
 def _shape(shape: torch.Size | tuple[int, ...]) -> str:
     return str(tuple(shape))
 

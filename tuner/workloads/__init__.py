@@ -20,6 +20,7 @@ from tuner.workloads._entry_points import (
     import_entry_point,
     parse_entry_point,
     preload_module,
+    workload_code,
 )
 from tuner.workloads._interface import IGNORE_INDEX, KNOWN_METRICS, Workload, WorkloadContext
 
@@ -56,4 +57,5 @@ __all__ = [
     "parse_entry_point",
     "preload_module",
     "regularisation_off",
+    "workload_code",
 ]

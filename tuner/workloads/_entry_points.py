@@ -98,6 +98,24 @@ def check_entry_point(entry: EntryPoint) -> None:
         raise WorkloadError(f"entry point {entry.text!r}: {where} has no function {entry.function!r}")
 
 
+def workload_code(name: str, base_dir: Path) -> str | None:
+    """A digest of the workload's source file (the entry point's file, or its module's), which
+    every trial records: a phase can then tell a failure of code that has since changed (a bug
+    the user fixed) from one the next trial would hit too. None when no source file is found."""
+    try:
+        entry = parse_entry_point(name, base_dir)
+        if entry.file is not None:
+            source = entry.file
+        else:
+            found = importlib.util.find_spec(entry.module or "")
+            if found is None or found.origin is None or not found.origin.endswith(".py"):
+                return None
+            source = Path(found.origin)
+        return hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    except (OSError, ImportError, ValueError, WorkloadError):
+        return None
+
+
 def import_entry_point(entry: EntryPoint) -> Callable[..., Any]:
     """Import the module (or file) and return the function. Runs the user's module code."""
     check_entry_point(entry)

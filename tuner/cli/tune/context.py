@@ -37,6 +37,7 @@ class TuneRequest:
     as_json: bool = False
     progress: bool = True
     search_seed: int | None = None  # --search-seed: a fresh search, studied under its own name
+    max_failed: int | None = None  # --max-failed: every phase's failure budget (else its own)
 
 
 @dataclass
@@ -112,7 +113,7 @@ class TuneContext:
         save_state(home, self.home.spec.name, self.state)
         others = {s.study: s for s in self.state.stages if s.study != self.home.spec.name}
         for stage in others.values():
-            storage = self.storage_of(load_study(Path(stage.study_file), self.request.sets))
+            storage = self.storage_of(load_study(Path(stage.study_file), stage.sets))
             if storage is not home:
                 save_state(storage, self.home.spec.name, self.state)
 

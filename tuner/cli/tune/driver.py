@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.cli.tune.context import TuneContext, TuneRequest
-from tuner.cli.tune.studies import base_sets, current_study, production
+from tuner.cli.tune.studies import current_study, production, sets_for
 from tuner.errors import UsageError
 from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
@@ -57,6 +57,11 @@ def fresh_search_sets(sets: list[str], search_seed: int, name: str) -> list[str]
     if any(item.partition("=")[0].strip() == "search_seed" for item in sets):
         raise UsageError(f"--search-seed {search_seed} and --set search_seed=...: give one of them")
     return [*sets, f"search_seed={search_seed}", f"name={name}-search{search_seed}"]
+
+
+class NoProgress(RuntimeError):
+    """The loop came back to a study it had searched in this run: it would go round for ever
+    (every stage done, nothing new decided). A bug in tuner, said as one internal-error line."""
 
 
 class TimeSpent(Exception):
@@ -116,6 +121,7 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
             budget={
                 "max_trials": stage.trials if stage.phase == round_phase(1) else None,
                 "timeout_h": limit,
+                "max_failed": request.max_failed,
             },
         ),
         before_summary=before,
@@ -137,7 +143,7 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
                 "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
                 "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
             )
-        stage, decision = sweep_decision(loaded, context.budget_steps, base_sets(context))
+        stage, decision = sweep_decision(loaded, context.budget_steps, sets_for(context, loaded))
         context.record(stage, decision)
     run_stage(context, stage)
     found = production(context, loaded)
@@ -228,7 +234,7 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
         switches = context.request.switches
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         keep = switches.may_apply and searches < switches.max_searches
-        sets = base_sets(context)  # a next study carries its changes in its own file
+        sets = sets_for(context, loaded)  # a next study carries its changes in its own file
         stage, decision = round1_decision(
             loaded,
             length,
@@ -249,7 +255,7 @@ def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None
     spec = loaded.spec
     numbers = [n for n in spec.rounds.numbers if n >= 2]
     if numbers and context.state.stage(spec.name, round_phase(numbers[0])) is None:
-        sets = base_sets(context)  # a next study carries its changes in its own file
+        sets = sets_for(context, loaded)  # a next study carries its changes in its own file
         switches = context.request.switches
         decided = later_decisions(
             loaded,
@@ -303,8 +309,15 @@ def drive(context: TuneContext) -> LoadedStudy:
             )
         )
     loaded = current_study(context)
+    searched: list[str] = []  # the studies this loop searched, in order: none may come twice
     try:
         while True:
+            if loaded.spec.name in searched:
+                raise NoProgress(
+                    f"tune came back to {loaded.spec.name} after {' -> '.join(searched)}: every stage "
+                    "of it is done and nothing new was decided, so it would go round for ever"
+                )
+            searched.append(loaded.spec.name)
             length = production(context, loaded)
             if length is None:
                 length = sweep(context, loaded)

@@ -36,7 +36,7 @@ def _planned(stage: Stage) -> PlannedPhase:
 
 
 def project(context: TuneContext) -> TunePlan:
-    from tuner.cli.tune.studies import base_sets, current_study, production
+    from tuner.cli.tune.studies import current_study, production, sets_for
 
     plan = TunePlan(context.budget_steps)
     committed = 0
@@ -53,7 +53,7 @@ def project(context: TuneContext) -> TunePlan:
     loaded = current_study(context)
     name = loaded.spec.name
     switches = context.request.switches
-    sets = base_sets(context)
+    sets = sets_for(context, loaded)
     length = production(context, loaded)
     if length is None:
         if context.state.stage(name, SWEEP_PHASE) is None:

@@ -10,13 +10,26 @@ from tuner.playbook.decision_log import Stage
 from tuner.spec import LoadedStudy
 
 
-def base_sets(context: TuneContext) -> list[str]:
-    """The user's ``--set`` values, and ``max_train_steps`` when the sweep found none (its cap)."""
-    sets = list(context.request.sets)
+def base_sets(context: TuneContext, *, home: bool = True) -> list[str]:
+    """The user's ``--set`` values, and ``max_train_steps`` when the sweep found none (its cap).
+
+    A ``name=`` value (the user's, or ``--search-seed``'s) names the study ``tune`` started on
+    only (``home``): a next study ``tune`` wrote carries its own name in its file, which the
+    value would otherwise overwrite, so that its phases were the first study's, done already."""
+    sets = [s for s in context.request.sets if home or not _sets_name(s)]
     fallback = next((d for d in context.state.decisions if d.kind == "max_train_steps_fallback"), None)
     if fallback is not None:
         sets.append(f"max_train_steps={fallback.numbers['max_train_steps']}")
     return sets
+
+
+def _sets_name(item: str) -> bool:
+    return item.partition("=")[0].strip() == "name"
+
+
+def sets_for(context: TuneContext, loaded: LoadedStudy) -> list[str]:
+    """``base_sets`` for the study ``loaded`` (the one tune started on, or a next study)."""
+    return base_sets(context, home=loaded.spec.name == context.home.spec.name)
 
 
 def current_study(context: TuneContext) -> LoadedStudy:
@@ -31,8 +44,8 @@ def study_of(context: TuneContext, stage: Stage) -> LoadedStudy:
     values tune gives every study."""
     from tuner.spec import load_study
 
-    path = context.home.path if stage.study == context.home.spec.name else Path(stage.study_file)
-    return load_study(path, base_sets(context))
+    home = stage.study == context.home.spec.name
+    return load_study(context.home.path if home else Path(stage.study_file), base_sets(context, home=home))
 
 
 def production(context: TuneContext, loaded: LoadedStudy) -> int | None:

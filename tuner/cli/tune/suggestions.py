@@ -38,7 +38,7 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     if earlier is not None:
         if earlier.kind != "suggestions_applied":
             return None
-        return load_study(Path(earlier.numbers["file"]), base_sets(context))
+        return load_study(Path(earlier.numbers["file"]), base_sets(context, home=False))
     suggestions, report = _suggestions(context, loaded)
     switches = context.request.switches
     searches = sum(1 for s in context.state.stages if s.phase == round_phase(1))
@@ -68,7 +68,7 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     written = write_next_study(loaded.path, report, destination, suggestions=kept)
     if not written.written:
         return _not_applied(context, stage_key, listed, written.nothing)
-    following = load_study(destination, base_sets(context))
+    following = load_study(destination, base_sets(context, home=False))
     try:
         _check_fits(context, following)
     except UsageError as error:
