@@ -320,6 +320,23 @@ def test_a_search_seeds_range_move_searches_a_next_study_of_its_own_name(tmp_pat
     assert "/toy-search7-2/round-2/" in payload["delivered_model"]["checkpoint"]
 
 
+def test_a_round_1_another_command_grew_is_taken_as_it_is(tmp_path: Path) -> None:
+    """tune decided round 1 at 4 trials; ``run-round`` (the file's 8) ran 8 since: the same tune
+    command goes on with the 8 (counted against its budget), instead of refusing them."""
+    from tests.report_tests.builders import study
+    from tuner.playbook.decision_log import Stage
+
+    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    _round1_at_the_top_edge(built)
+    first = Stage("toy", "round-1", str(built.path), [], 4, 40, steps_per_trial=10)  # not done
+    done = tune_after(built, first, 200, "--no-apply-suggestions", "--no-extra-round")
+    assert done.returncode == 0, done.stderr
+    assert "cannot take them back" not in done.stderr
+    payload = json.loads(done.stdout)
+    assert [s["study"] + "/" + s["phase"] for s in payload["stages"]] == ["toy/round-1", "toy/round-2"]
+    assert payload["delivered_model"]["phase"] == "round-2"
+
+
 def test_a_loop_that_comes_back_to_a_study_it_searched_is_one_internal_error_line(tmp_path: Path) -> None:
     """A decision log whose next study is the study itself (nothing ran, nothing new decided)
     would go round for ever: tune stops with one internal-error line, exit 70."""

@@ -90,7 +90,8 @@ def test_an_objective_the_workload_never_computes_stops_the_round_at_once(
     tmp_path: Path, output_dir: Path
 ) -> None:
     """``val/top5_accuracy`` passes ``tuner validate`` (a metric the engine knows) but the toy
-    workload does not compute it: one line naming what it computes, exit 2, no retry."""
+    workload does not compute it: one line naming what it computes, exit 2, no retry; the study
+    fixed, the same folder goes on (the phase starts over)."""
     study = toy_study(tmp_path, round1={"trials": 6})
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir),
@@ -104,6 +105,38 @@ def test_an_objective_the_workload_never_computes_stops_the_round_at_once(
     )
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     assert len(trials) == 1 and not trials[0].user_attrs["retried"]
+
+    # the fix is the study itself: the phase trained nothing, so it starts over under the new file
+    fixed = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    aside = output_dir.resolve() / "toy" / "round-1" / ".started-over-1"
+    assert "started over: every trial of toy/round-1 had failed before its first step" in fixed.stderr
+    assert (aside / "trial-0000" / "error.log").exists()
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert len(trials) == 6 and {t.state.name for t in trials} == {"COMPLETE"}
+    changed = run_tuner(  # a phase that trained keeps its configuration: refused as before
+        "run-round", str(study), "--round", "1", "--output-dir", str(output_dir), "--set", "seed=3"
+    )
+    assert (
+        changed.returncode == 2 and "differs from the study file that created toy/round-1" in changed.stderr
+    )
+
+
+def test_trials_given_once_hold_until_given_again(tmp_path: Path, output_dir: Path) -> None:
+    """``--trials 3`` (as ``tune`` gives round 1 its share): the same phase run again without
+    ``--trials`` keeps 3, not the file's 4 (which would spend past the budget it was planned
+    in); ``--trials 5`` grows it."""
+    study = toy_study(tmp_path, round1={"trials": 4, "steps": 10})
+    args = ("run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir))
+    assert run_tuner(*args, "--trials", "3").returncode == 0
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stderr
+    assert len(load_phase(sqlite_url(output_dir), "toy").trials) == 3
+    grown = run_tuner(*args, "--trials", "5")
+    assert grown.returncode == 0, grown.stderr
+    assert len(load_phase(sqlite_url(output_dir), "toy").trials) == 5
 
 
 def test_a_phase_where_every_trial_raises_stops_at_exactly_max_failed(

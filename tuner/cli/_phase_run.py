@@ -100,6 +100,8 @@ def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
     ]
     if stored.max_train_steps is not None and stored.max_train_steps_source:
         lines.append(f"  max_train_steps {stored.max_train_steps} (from {stored.max_train_steps_source})")
+    if started.started_over:
+        lines.append(f"  {started.started_over}")
     if not started.created:
         lines.append("  continuing the phase's stored plan")
     lines += [f"  {note}" for note in stored.notes]

@@ -72,6 +72,9 @@ def refuse_searched_overrides(loaded: LoadedStudy) -> None:
                 )
 
 
+TRIALS_ATTR = "tuner:trials_given"  # round 1's trial budget as a command gave it (``--trials``)
+
+
 @dataclass
 class StartedPhase:
     """A phase being started (``prepare_phase``) and then created (``create_phase``)."""
@@ -87,6 +90,7 @@ class StartedPhase:
     settings: PhaseSettings | None = None
     study: Any = None  # the Optuna study of the phase, once created
     created: bool = False  # this command created the plan (False: it continued a stored one)
+    started_over: str = ""  # why the stored phase was deleted first (``start_over``), if it was
 
 
 def check_phase_input(loaded: LoadedStudy, phase: str) -> None:
@@ -172,7 +176,16 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
     existing = with_retries(_existing_attrs, storage, name)
     stored = load_plan(existing) if existing is not None else None
     if stored is not None:
-        check_against_plan(loaded, stored, name)
+        try:
+            check_against_plan(loaded, stored, name)
+        except UsageError:
+            from tuner.playbook.start_over import start_over, trained_nothing
+
+            if not with_retries(trained_nothing, storage, name):
+                raise
+            prepared.started_over = start_over(storage, name, prepared.folder)
+            existing = stored = None
+    if stored is not None and existing is not None:
         if prepared.extend:
             longer = build_plan(loaded, phase, storage, extend_from=stored)
             stored = _store_plan(loaded, longer, existing[PLAN_ATTR], storage)
@@ -182,6 +195,11 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
         proposed = early if early is not None else build_plan(loaded, phase, storage)
         stored = _store_plan(loaded, proposed, None, storage)
         prepared.created = stored is proposed
+    given = prepared.budget_overrides.get("max_trials")
+    if given is None and existing is not None and existing.get(TRIALS_ATTR) is not None:
+        # trials given before (``--trials``, ``tune``'s round 1) hold until given again: the
+        # study file's own count would grow a phase planned within a budget
+        prepared.budget_overrides["max_trials"] = given = int(existing[TRIALS_ATTR])
     plan = phase_plan(loaded, stored, prepared.output_dir)
     settings = plan.settings(**prepared.budget_overrides)
     prepared.plan, prepared.settings = plan, settings
@@ -195,6 +213,7 @@ def create_phase(prepared: StartedPhase) -> StartedPhase:
         extra_attrs={  # the plan is not among them: _store_plan stored it, compare-and-set
             "tuner:study_file": str(loaded.path.resolve()),
             "tuner:trial_steps": stored.trial_steps,
+            **({TRIALS_ATTR: given} if given is not None else {}),
         },
     )
     from tuner.orchestrate.storage_pointer import remember_storage

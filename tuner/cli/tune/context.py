@@ -125,6 +125,16 @@ class TuneContext:
         storage = self.storage_of(load_study(Path(stage.study_file), stage.sets), create=False)
         return what_ran(load_stored_phase(storage, stage.study, stage.phase)).steps
 
+    def slots_of(self, stage: Stage) -> int:
+        """Slots the stage's phase has started so far (another command may have added some)."""
+        from tuner.orchestrate.budget import counted, slot_key
+        from tuner.playbook.estimate import load_stored_phase
+        from tuner.spec import load_study
+
+        storage = self.storage_of(load_study(Path(stage.study_file), stage.sets), create=False)
+        stored = load_stored_phase(storage, stage.study, stage.phase)
+        return len({slot_key(t)[0] for t in counted(stored.trials)}) if stored is not None else 0
+
     def committed(self) -> int:
         """Steps spent or promised: a finished stage's trained steps, else its share."""
         total = 0

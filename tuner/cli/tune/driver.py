@@ -101,6 +101,9 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
         return
     request = context.request
     limit = _time_limit(context, stage)
+    trials = None
+    if stage.phase == round_phase(1):  # what it decided, or the slots another command added since
+        trials = max(stage.trials or 0, context.slots_of(stage)) or stage.trials
     before = None
     if stage.phase == SWEEP_PHASE:
         from tuner.cli.sweep_lr_cmd import show_result
@@ -119,7 +122,7 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
             storage=request.storage,
             progress=request.progress,
             budget={
-                "max_trials": stage.trials if stage.phase == round_phase(1) else None,
+                "max_trials": trials,
                 "timeout_h": limit,
                 "max_failed": request.max_failed,
             },
