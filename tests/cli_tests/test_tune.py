@@ -271,6 +271,23 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     assert report.exit_code == 0, report.output
     logged = json.loads(report.stdout)["tune"]["decisions"]
     assert [d["kind"] for d in logged] == [d["kind"] for d in payload["decisions"]]
+    # the user's own file: its report follows tune's log to the model the next study delivers
+    own = invoke("report", str(built.path), "--json", "--output-dir", str(built.output_dir))
+    assert own.exit_code == 0, own.output
+    followed = json.loads(own.stdout)
+    assert followed["tuned_into"] == {"study": "toy-2", "study_file": applied["numbers"]["file"]}
+    assert followed["delivered_model"]["checkpoint"] == payload["delivered_model"]["checkpoint"]
+    said = invoke("report", str(built.path), "--output-dir", str(built.output_dir))
+    said_words = " ".join(said.stdout.split())  # as wrapped to the terminal's width
+    assert "tuned into toy-2 (" in said_words and "tune applied round 1's suggestions there" in said_words
+    listed = invoke("list", "--json", "--output-dir", str(built.output_dir))
+    rows = {row["study"]: row for row in json.loads(listed.stdout)}
+    assert rows["toy"]["tune_studies"] == rows["toy-2"]["tune_studies"] == ["toy", "toy-2"]
+    # and the model in plain PyTorch, in one call
+    from tuner.train import load_model
+
+    model = load_model(payload["delivered_model"]["checkpoint"])
+    assert type(model).__name__ == "_Toy" and not model.training
 
 
 def _round1_at_the_top_edge(built: Any, *sets: str) -> Any:

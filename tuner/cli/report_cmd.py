@@ -83,6 +83,9 @@ def report(
     with open_reader(url) as reader:
         data = read_study(reader, name, [phase] if phase else None)
         result = build_report(data)
+        from tuner.report.tuned_into import tuned_into
+
+        result.tuned_into = tuned_into(name, result.tune, output_dir, storage)
         if as_json:
             from tuner.report import report_json
 

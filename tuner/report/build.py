@@ -24,6 +24,7 @@ from tuner.report.learning import LearningResult, diagnose_learning
 from tuner.report.run_folders import Unreadable
 from tuner.report.study_data import PhaseData, SlotState, StudyData
 from tuner.report.transfer import TransferResult, diagnose_transfer
+from tuner.report.tuned_into import TunedInto
 
 MAX_TRAIN_STEPS = ("training", "max_train_steps")
 # completed trials a phase needs before "all fine" means anything: most verdicts need 3
@@ -95,6 +96,7 @@ class StudyReport:
     phases: list[PhaseReport]  # latest first
     delivered: DeliveredModel | None = None  # over every phase of the study, whichever are shown
     tune: TuneState | None = None  # ``tuner tune``'s decision log, when it tuned this study
+    tuned_into: TunedInto | None = None  # the next study tune delivered from (``tuned_into``)
 
     @property
     def suggestions(self) -> list[Suggestion]:

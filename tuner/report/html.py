@@ -230,9 +230,10 @@ def _delivered(report: StudyReport) -> str:
     """The study's model by the one rule (``tuner.report.delivered``), first on the page."""
     from tuner.report.delivered import RULE
 
-    delivered = report.delivered
+    delivered = report.tuned_into.delivered if report.tuned_into else report.delivered
+    into = f"<p class='note'>{_e(report.tuned_into.line())}</p>" if report.tuned_into else ""
     if delivered is None:
-        return "<h2>delivered model</h2><p class='note'>none yet: no round has a completed trial</p>"
+        return f"<h2>delivered model</h2>{into}<p class='note'>none yet: no round has a completed trial</p>"
     heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
     extra = [("phase", delivered.run.phase)]
     after = [("seeds", delivered.spread_text)] if delivered.delivered or delivered.spread.seeds > 1 else []
@@ -242,7 +243,7 @@ def _delivered(report: StudyReport) -> str:
     if delivered.delivered and delivered.unfinished:
         status = f"<p class='warning'>{_e(delivered.run.phase)} is unfinished: the choice may change</p>"
     return (
-        f"<h2>{_e(heading)}</h2>{status}{_run_table(delivered.run, extra, after)}"
+        f"<h2>{_e(heading)}</h2>{into}{status}{_run_table(delivered.run, extra, after)}"
         f"<p class='rule'>rule: {_e(RULE)}</p>"
     )
 

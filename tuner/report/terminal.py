@@ -28,7 +28,11 @@ def render_report(report: StudyReport, width: int = WIDTH) -> list[Text]:
     database = sqlite_file(report.storage)
     storage = shown_path(database) if database is not None else report.storage
     lines = labelled("study", f"{report.study} ({count})", width) + labelled("storage", storage, width)
-    lines += delivered_lines(report.delivered, width, reproduce=True)
+    model = report.delivered
+    if report.tuned_into is not None:  # tune's model lives in the next study it searched
+        lines += labelled("tuned into", report.tuned_into.line(), width)
+        model = report.tuned_into.delivered
+    lines += delivered_lines(model, width, reproduce=True)
     for phase in report.phases:
         lines.append(Text(""))
         lines += _phase(phase, width)

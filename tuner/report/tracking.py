@@ -43,8 +43,10 @@ JSON (``tuner list --json``): a list, one object per study; keys are only ever a
                         "reproduce": str | null},   # the delivered model's run (or candidate)
         "train_s": float,                      # training time of every attempt of every phase
         "reproduce": str | null,               # its command (= best.reproduce)
-        "code_versions": [{"git_commit": str | null, "git_dirty": bool | null, "trials": int}]
-      }                                        # most trials first; null commit: not a git checkout
+        "code_versions": [{"git_commit": str | null, "git_dirty": bool | null, "trials": int}],
+        "tune_studies": [str]                  # the studies one ``tune`` searched, in order,
+      }                                        # this one among them ([] if tune did not run it)
+                                               # most trials first; null commit: not a git checkout
     ]
 
 CSV (``--csv PATH``): one row per study, the columns of ``CSV_COLUMNS``; ``phases`` is the
@@ -145,6 +147,15 @@ class TrackingRow:
     delivered: DeliveredModel | None
     train_s: float
     code_versions: list[CodeVersion] = field(default_factory=list)
+    tune_studies: list[str] = field(default_factory=list)  # one tune's studies, in order
+
+    def tune_text(self) -> str:
+        """``one tune searched digits-mlp -> digits-mlp-2; its model is digits-mlp-2's``."""
+        if len(self.tune_studies) < 2:
+            return ""
+        last = self.tune_studies[-1]
+        whose = "this study's" if last == self.study else f"{last}'s"
+        return f"one tune searched {' -> '.join(self.tune_studies)}; its model is {whose}"
 
     @property
     def best(self) -> BestRow | None:
@@ -194,6 +205,7 @@ class TrackingRow:
                 "train_s": round(self.train_s, 3),
                 "reproduce": self.reproduce,
                 "code_versions": [v.to_json() for v in self.code_versions],
+                "tune_studies": self.tune_studies,
             }
         )
 
@@ -291,6 +303,10 @@ def tracking_row(data: StudyData) -> TrackingRow:
     plan = next((p.plan for p in phases if p.plan is not None), None)  # the latest phase's
     notes = str(plan.config.get("description") or "") if plan is not None else ""
     study_file = next((p.study_file for p in phases if p.study_file), None)
+    from tuner.playbook.decision_log import state_for
+
+    reader = data.reader
+    tuned = state_for(data.study, reader.optuna_study_names(), reader.study_attrs) if reader else None
     return TrackingRow(
         study=data.study,
         storage=data.storage,
@@ -300,6 +316,7 @@ def tracking_row(data: StudyData) -> TrackingRow:
         delivered=delivered_model(phases),
         train_s=sum(slot.train_s for p in phases for slot in p.slots),
         code_versions=code_versions(phases),
+        tune_studies=list(dict.fromkeys(s.study for s in tuned.stages)) if tuned else [],
     )
 
 

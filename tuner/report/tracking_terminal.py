@@ -25,6 +25,8 @@ def render_row(row: TrackingRow, width: int = WIDTH) -> list[Text]:
     )
     lines += labelled_path("storage", row.storage, "", width, "dim")
     lines += _phases(row, width)
+    if row.tune_text():
+        lines += labelled("tune", row.tune_text(), width)
     lines += delivered_lines(row.delivered, width)
     trials = f"{row.trials} {'trial' if row.trials == 1 else 'trials'}"
     if row.attempts != row.trials:

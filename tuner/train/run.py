@@ -101,7 +101,7 @@ def run_training(
     run_dir = Path(run_dir)
     created = _first_missing(run_dir)
     with locked_run_dir(run_dir, wait_s=lock_wait_s):
-        prepare_run_dir(run_dir, spec, command)
+        prepare_run_dir(run_dir, spec, command, base_dir)
         job = _RunJob(spec, run_dir, base_dir, schedule, console, list(extra_callbacks), data_seed, progress)
         try:
             if training.launcher != "local":  # torchrun agents, on one node or several

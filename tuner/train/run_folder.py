@@ -25,12 +25,25 @@ from typing import Any
 import yaml
 
 from tuner._atomic import atomic_write_json, atomic_write_text
-from tuner.errors import UsageError
+from tuner.errors import TunerError, UsageError
 from tuner.output import phase_dir
 from tuner.spec import StudySpec
 
 UNFINISHED = ("running", "interrupted", "failed")
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def absolute_entry_point(name: str, base_dir: Path) -> str:
+    """A ``path/file.py:function`` workload with its file's absolute path; others as they are."""
+    from tuner.workloads import parse_entry_point
+
+    try:
+        entry = parse_entry_point(name, base_dir)
+    except TunerError:
+        return name
+    if entry.file is None:
+        return name
+    return f"{entry.file.resolve()}:{entry.function}"
 
 
 def config_hash(spec: StudySpec) -> str:
@@ -120,8 +133,14 @@ def choose_run_dir(output_dir: Path, spec: StudySpec, phase: str = "train", *, f
     return folder / f"run-{max(map(_run_number, runs), default=0) + 1:03d}"
 
 
-def prepare_run_dir(run_dir: Path, spec: StudySpec, command: str | None) -> None:
-    """Write ``config.yaml`` (once) and ``command.txt``; refuse to resume a different config."""
+def prepare_run_dir(
+    run_dir: Path, spec: StudySpec, command: str | None, base_dir: Path | None = None
+) -> None:
+    """Write ``config.yaml`` (once) and ``command.txt``; refuse to resume a different config.
+
+    ``config.yaml`` names a workload file by its absolute path (resolved against ``base_dir``,
+    the study file's folder): relative, it would not resolve from the run folder, and
+    ``tuner.train.load_model`` builds the model from this file alone."""
     run_dir.mkdir(parents=True, exist_ok=True)
     status = read_status(run_dir)
     wanted = config_hash(spec)
@@ -132,7 +151,10 @@ def prepare_run_dir(run_dir: Path, spec: StudySpec, command: str | None) -> None
     durable = spec.training.fsync_checkpoints
     if not (run_dir / "config.yaml").exists():
         # libyaml's emitter when PyYAML has it: the pure-Python one takes ~15 ms for a study
-        text = yaml.dump(spec.model_dump_for_files(), Dumper=_YAML_DUMPER, sort_keys=False)
+        document = spec.model_dump_for_files()
+        if base_dir is not None:
+            document["workload"]["name"] = absolute_entry_point(spec.workload.name, base_dir)
+        text = yaml.dump(document, Dumper=_YAML_DUMPER, sort_keys=False)
         atomic_write_text(run_dir / "config.yaml", text, durable=durable)
     if command:
         atomic_write_text(run_dir / "command.txt", command + "\n", durable=durable)
