@@ -16,6 +16,42 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests._processes import kill_everything_started
 
+# The PostgreSQL tests run wherever a server answers: $TUNER_TEST_POSTGRES_URL, else this
+# machine's default one if it answers (as CI's does), so `make test` runs them with no setup;
+# TUNER_TEST_POSTGRES=0 skips them. The run ends saying which (``pytest_terminal_summary``).
+LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _local_postgres_answers() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", connect_timeout=2):
+            return True
+    except Exception:  # not installed, nothing listening, refused: the tests skip, and say so
+        return False
+
+
+if not os.environ.get("TUNER_TEST_POSTGRES_URL") and os.environ.get("TUNER_TEST_POSTGRES") != "0":
+    if _local_postgres_answers():  # set once, by the first process: the test workers inherit it
+        os.environ["TUNER_TEST_POSTGRES_URL"] = LOCAL_POSTGRES
+    else:
+        os.environ["TUNER_TEST_POSTGRES"] = "0"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say whether the PostgreSQL tests ran, and on which server (no password: trust auth here)."""
+    url = os.environ.get("TUNER_TEST_POSTGRES_URL")
+    if url:
+        from tuner.orchestrate import redact_url
+
+        terminalreporter.write_line(f"PostgreSQL tests ran against {redact_url(url)}")
+    else:
+        terminalreporter.write_line(
+            "PostgreSQL tests skipped: no server answers at 127.0.0.1:5432 (database test) and "
+            "TUNER_TEST_POSTGRES_URL is not set"
+        )
+
 
 @pytest.fixture
 def postgres_url() -> str:

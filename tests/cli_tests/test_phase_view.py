@@ -46,6 +46,21 @@ def test_trial_lines_name_the_slot_and_the_retry_not_optunas_number() -> None:
     assert trial_line(TRIALS[2], "val/error_rate") == "trial    0 (retry 1)  running"
 
 
+def test_a_stop_that_spends_no_retry_says_it_continues_and_names_its_reason_once() -> None:
+    full = _trial(
+        3, "FAIL", slot=3, attempt=0, failure_reason="disk_full", retried=True,
+        error="disk full: no space left on device writing runs/x (the trial continues later)",
+    )  # fmt: skip
+    assert trial_line(full, "val/error_rate") == (
+        "trial    3  disk_full: disk full: no space left on device writing runs/x (the trial continues "
+        "later)  (continues from its checkpoint)"
+    )
+    stopped = _trial(
+        4, "FAIL", slot=4, attempt=0, failure_reason="interrupted", error="interrupted", retried=True
+    )
+    assert trial_line(stopped, "val/error_rate") == "trial    4  interrupted  (continues from its checkpoint)"
+
+
 def test_a_workers_row_names_its_trial_by_slot_and_attempt() -> None:
     worker = {"label": "cpu0", "state": "training", "detail": "step 30", "trial": 2, "step": 30, "total": 40}
     label, trial, _, step, _, _ = worker_cells(worker_progress(worker, _snapshot()))

@@ -69,8 +69,9 @@ def test_tuner_preload_workload_imports_the_users_module_once_per_worker(
 def test_a_preloaded_module_that_fails_to_import_fails_its_trials_with_the_users_line(
     tmp_path: Path, output_dir: Path
 ) -> None:
-    """The worker swallows the failed import: each trial imports the module again and reports the
-    error as it always does (naming the user's line), and the worker itself does not crash."""
+    """The worker swallows the failed import: the trial imports the module again and reports the
+    error as it always does (naming the user's line), and the worker itself does not crash; as
+    the workload fails before its first step, the round stops there (exit 2), retrying nothing."""
     from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, toy_study, tuner_env
     from tuner.workloads import PRELOAD_ENV
 
@@ -82,9 +83,9 @@ def test_a_preloaded_module_that_fails_to_import_fails_its_trials_with_the_users
         "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir),
         env=tuner_env(**{PRELOAD_ENV: "1"}),
     )  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr
     trials = load_phase(sqlite_url(output_dir), "toy").trials
-    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert [t.state.name for t in trials] == ["FAIL"]
     errors = [t.user_attrs["error"] for t in trials]
     assert all("broken at import at " in e and "toy_workload.py:3 in <module>" in e for e in errors), errors
     assert "error: worker" not in done.stderr and "Traceback" not in done.stderr  # the worker did not crash

@@ -11,6 +11,7 @@ from tuner.playbook.sweep_lr import (
     Diverged,
     FastestAtEdge,
     FitAtFirstEval,
+    GridTooHigh,
     InfraFailed,
     NothingFits,
     Provisional,
@@ -251,6 +252,45 @@ def test_nothing_fits_with_an_early_best_step_gives_2x_it_at_and_below_half_the_
     said = f"{length} steps (2 x that best step)"
     assert (said in nothing.text) == (length is not None), nothing.text
     assert (f"--set max_train_steps={length}" in nothing.advice) == (length is not None), nothing.advice
+
+
+def test_lrs_far_too_high_that_never_reach_nan_say_go_lower_not_noisy_labels() -> None:
+    """AdamW at 30, 100 and 300: nothing fits, nothing diverges, training accuracy stays at
+    chance and the loss at the end rises with the LR (8 -> 185); validation is best at the first
+    eval, as in a run that never learned. The sweep says: go lower, not "memorised"."""
+    grid = [30.0, 100.0, 300.0]
+    trials = [
+        trial(30.0, NOT_FIT, value=0.12, loss=8.0, best_step=100),
+        trial(100.0, NOT_FIT, value=0.1, loss=41.0, best_step=100),
+        trial(300.0, NOT_FIT, value=0.1, loss=185.0, best_step=100),
+    ]
+    result = analyze(trials, grid=grid, max_steps=2000)
+    nothing = only(result, NothingFits)
+    assert nothing.noisy_labels_steps is None and "noisy" not in nothing.text
+    assert nothing.advice == "go lower first (see below)"
+    too_high = only(result, GridTooHigh)
+    assert too_high.lowest_lr == 30.0 and max(too_high.new_points) < 30.0
+    assert "the training loss at the end rises with the LR (8 at lr 30 to 185 at lr 300)" in too_high.text
+    assert too_high.advice.startswith("go lower: run lr ") and "--extend" in too_high.advice
+
+
+@pytest.mark.parametrize(
+    ("values", "losses"),
+    [
+        ((0.5, 0.7, 0.6), (0.9, 0.4, 0.8)),  # the middle LR is best: the grid brackets it
+        ((0.7, 0.6, 0.5), (0.5, 0.4, 0.6)),  # the lowest is best, but the loss does not rise with the LR
+        ((0.7, 0.6, 0.5), (0.5, 0.5, 0.5)),  # a flat loss is no evidence either
+    ],
+)
+def test_a_grid_is_too_high_only_when_lower_is_better_all_along(values, losses) -> None:
+    grid = [0.001, 0.01, 0.1]
+    trials = [
+        trial(lr, NOT_FIT, value=value, loss=loss, best_step=100)
+        for lr, value, loss in zip(grid, values, losses, strict=True)
+    ]
+    result = analyze(trials, grid=grid, max_steps=2000)
+    assert GridTooHigh not in kinds(result)
+    assert only(result, NothingFits).noisy_labels_steps == 200  # the noisy-labels length stands
 
 
 def test_diverged_above_a_point_is_a_frontier():

@@ -87,6 +87,7 @@ def add_trial(
     curve: dict[int, float] | None = None,
     attempt: int = 0,
     run_dir: Path | None = None,
+    completed_at: Any = None,
     **attrs: Any,
 ) -> int:
     """A finished (or running) trial of ``slot`` as a worker records it; returns its number.
@@ -127,16 +128,17 @@ def add_trial(
             else value * (1 + 0.01 * step / max_train_steps)
             for step in range(10, max_train_steps + 1, 10)
         }
-    phase.add_trial(
-        create_trial(
-            state=TrialState[state],
-            value=value if state == "COMPLETE" else None,
-            params=params,
-            distributions=dists,
-            user_attrs=user_attrs,
-            intermediate_values=curve or {},
-        )
+    trial = create_trial(
+        state=TrialState[state],
+        value=value if state == "COMPLETE" else None,
+        params=params,
+        distributions=dists,
+        user_attrs=user_attrs,
+        intermediate_values=curve or {},
     )
+    if completed_at is not None:  # as the worker's own clock stamped it
+        trial.datetime_start = trial.datetime_complete = completed_at
+    phase.add_trial(trial)
     return phase.get_trials(deepcopy=False)[-1].number
 
 

@@ -37,6 +37,7 @@ ROW_KEYS = {
     "train_s",
     "reproduce",
     "code_versions",
+    "tune_studies",
 }
 PHASE_KEYS = {
     "phase",

@@ -148,7 +148,7 @@ def test_round_2_values_all_equal_cannot_be_ranked_and_no_scipy_warning_leaks(tm
     assert report.phases[0].transfer is not None
     correlation = only(report.phases[0].transfer.findings, "rank_correlation")
     assert (correlation.quality, correlation.spearman, correlation.level) == ("too_few", None, "info")
-    assert "all equal" in correlation.text
+    assert "round-2's 3 points all scored 0.01944 (7 of 360 eval examples)" in correlation.text
 
 
 def _weak(tmp_path: Path, round1: int) -> Any:
@@ -172,3 +172,34 @@ def test_weak_transfer_suggests_more_points_only_when_round_1_has_more(tmp_path:
     assert "top_k" not in every.advice and "lengthen round-1's trials" in every.advice
     more = _weak(tmp_path / "more", 6)
     assert more.quality == "weak" and "take more of its points (top_k)" in more.advice
+
+
+def test_an_order_only_the_long_runs_can_see_is_said_as_found_not_as_a_tie(tmp_path: Path) -> None:
+    """Round 1 at 14, 17 and 20 errors of 360 (inside each other's noise), round 2 at 108, 36 and
+    4: no pair changed order beyond both rounds' noise, yet round 2 tells every pair apart. The
+    report says what round 2 found, not that the points are as good as each other."""
+    report = report_of(_rounds(tmp_path, _errors(14, 17, 20, 40, 50), [[v] for v in _errors(108, 36, 4)]))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    correlation = only(transfer.findings, "rank_correlation")
+    assert correlation.quality == "within_noise" and correlation.changed_beyond_noise == 0
+    assert "round-1 could not tell these points apart" in correlation.text
+    assert "and round-2 does: 3 of 3 pairs apart beyond its noise" in correlation.text
+    assert "its best is trial 2's point (0.01111): trust round-2's order" in correlation.text
+    assert "as good as each other" not in correlation.text
+
+
+def test_points_a_small_split_scores_alike_are_said_to_need_a_larger_split(tmp_path: Path) -> None:
+    """Round 1's top 3 all at 3 errors of 114 validation examples: the split cannot separate
+    them, and the report says so with what would (not "Spearman undefined")."""
+    examples = 114
+    round1 = [3 / examples] * 3 + [10 / examples, 20 / examples]
+    built = _rounds(tmp_path, round1, [[2 / examples], [5 / examples], [9 / examples]], examples=examples)
+    correlation = only(report_of(built).phases[0].transfer.findings, "rank_correlation")
+    assert correlation.quality == "too_few"
+    assert correlation.text == (
+        "round-1's 3 points all scored 0.02632 (3 of 114 eval examples): a split of 114 examples "
+        "moves the value in steps of 0.008772, too coarse to separate them, so the ranking cannot "
+        "be compared"
+    )
+    assert "a larger validation split would separate them" in correlation.advice

@@ -273,6 +273,24 @@ def test_a_slot_claimed_twice_at_once_is_a_duplicate_left_out_not_a_retry(tmp_pa
     assert report.health.counts["failed"] == 0
 
 
+def test_improvement_is_judged_in_trial_order_not_by_a_workers_clock(tmp_path: Path) -> None:
+    """The best came from trial 1 of 12; the worker that ran it had a clock 10 minutes fast, so
+    its ``datetime_complete`` is the latest. In the storage's order (trial numbers, one sequence
+    for every worker) it is the 2nd of 12: plateaued, not "still improving"."""
+    from datetime import datetime, timedelta
+
+    built = study(tmp_path, round1={"trials": 12})
+    phase = built.start("round-1")
+    start = datetime(2026, 1, 1, 12, 0, 0)
+    for slot in range(12):
+        finished = start + timedelta(minutes=slot + (10 if slot == 1 else 0))
+        value = 0.05 if slot == 1 else 0.5 + slot / 100
+        add_trial(phase, slot, value, {LR: 0.02 * (slot + 1)}, best_step=20, completed_at=finished)
+    progress = only(report_of(built).phases[0].health.findings, "progress")
+    assert (progress.trend, progress.last_improvement, progress.completed) == ("plateaued", 2, 12)
+    assert "set by trial 1, the 2nd in trial order" in progress.text
+
+
 def test_improvement_is_judged_on_trials_in_the_order_they_finished(tmp_path: Path) -> None:
     built = study(tmp_path, round1={"trials": 12})
     phase = built.start("round-1")

@@ -85,7 +85,7 @@ def test_transfer_of_real_rounds_measures_the_noise_of_the_eval_set(tmp_path: Pa
 def test_health_of_a_real_round_where_every_trial_failed(tmp_path: Path) -> None:
     path = toy_study(
         tmp_path,
-        options={"fail": "raise_at_step"},
+        options={"fail": "raise_at_step", "fail_at_step": 2},  # after a step: not a broken workload
         round1={"trials": 2, "steps": 20, "max_retries": 0, "max_failed": 2},
     )
     output = tmp_path / "runs"

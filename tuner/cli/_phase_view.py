@@ -89,9 +89,16 @@ def trial_line(trial: Any, metric: str) -> str:
         return f"{label}  complete  {metric} {trial.value:.6g} at step {attrs.get('best_step')}"
     if trial.state.name == "FAIL":
         _, attempt = slot_and_attempt(trial)
-        retry = f"  (retry {attempt + 1} queued)" if attrs.get("retried") else ""
         reason = attrs.get("failure_reason", "failed")
-        return f"{label}  {reason}: {attrs.get('error', '')}{retry}"
+        retry = ""
+        if attrs.get("retried"):  # an interruption or a full disk is continued, spending no retry
+            from tuner.orchestrate.failures import FREE_RETRY
+
+            free = reason in FREE_RETRY
+            retry = "  (continues from its checkpoint)" if free else f"  (retry {attempt + 1} queued)"
+        error = str(attrs.get("error", "")).strip()
+        said = f"{reason}: {error}" if error and error != reason else reason
+        return f"{label}  {said}{retry}"
     if trial.state.name == "PRUNED" and attrs.get("outpaced_at") is not None:
         return (
             f"{label}  stopped at step {attrs.get('final_step')}: cannot win "

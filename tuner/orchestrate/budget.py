@@ -269,7 +269,5 @@ def decide(
             f"(max_parallel {settings.max_parallel})",
         )
     if counts.failed + counts.unproven + 1 > settings.max_failed:
-        return Decision(
-            Action.WAIT, "waiting for running trials to prove healthy before spending failure budget"
-        )
+        return Decision(Action.WAIT, "running trials must train a step first (failure budget)")
     return Decision(Action.START)

@@ -31,19 +31,33 @@ SCHEMA = "tuner.tune/1"
 @dataclass(frozen=True)
 class Decision:
     """One line of the log: ``kind`` (e.g. ``sweep_cap``, ``round1_trials``, ``suggestion_applied``),
-    ``stage`` (the phase it is about, ``study/phase``), ``text`` and its ``numbers``."""
+    ``stage`` (the phase it is about, ``study/phase``), ``text`` (the decision with its reasons),
+    its ``numbers``, and ``short``: the decision alone, in one short line, which is what the
+    terminal shows (the reasons stay in the log: ``--json``, ``tuner report``)."""
 
     kind: str
     stage: str
     text: str
     numbers: dict[str, Any] = field(default_factory=dict)
+    short: str = ""
+
+    @property
+    def line(self) -> str:
+        """``short``, else ``text`` up to its first ``; `` (its reasons follow there)."""
+        return self.short or self.text.split("; ", 1)[0]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Decision:
-        return cls(str(data["kind"]), str(data["stage"]), str(data["text"]), dict(data.get("numbers") or {}))
+        return cls(
+            str(data["kind"]),
+            str(data["stage"]),
+            str(data["text"]),
+            dict(data.get("numbers") or {}),
+            str(data.get("short") or ""),
+        )
 
 
 @dataclass

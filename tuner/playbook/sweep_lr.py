@@ -48,6 +48,7 @@ Rules, and why:
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Literal
 
 from tuner.errors import UsageError
@@ -65,6 +66,7 @@ from tuner.playbook.sweep_result import (
     Diverged,
     FastestAtEdge,
     FitAtFirstEval,
+    GridTooHigh,
     InfraFailed,
     NothingFits,
     Provisional,
@@ -101,6 +103,7 @@ __all__ = [
     "Diverged",
     "FastestAtEdge",
     "FitAtFirstEval",
+    "GridTooHigh",
     "InfraFailed",
     "NothingFits",
     "Provisional",
@@ -118,6 +121,21 @@ __all__ = [
     "render_lines",
     "sweep_trial_from_optuna",
 ]
+
+
+def _grid_too_high(rows: list[SweepRow], best_row: SweepRow | None) -> bool:
+    """``GridTooHigh``: no row diverged, the grid's lowest LR reached the best fit value, and
+    every row's final training loss is known and rises (weakly) with the LR, from at least three
+    LRs. On a grid that brackets the right LR the loss falls then rises, and the best is inside."""
+    if len(rows) < 3 or best_row is None or best_row is not rows[0]:
+        return False
+    if any(row.count(SweepOutcome.DIVERGED) for row in rows):
+        return False
+    losses = [row.final_train_loss for row in rows]
+    known = [loss for loss in losses if loss is not None and math.isfinite(loss)]
+    if len(known) < len(losses):
+        return False
+    return all(a <= b for a, b in pairwise(known)) and known[-1] > known[0]
 
 
 def _all_diverged(rows: list[SweepRow]) -> bool:
@@ -289,9 +307,10 @@ def analyze_sweep(
             else ""
         )
         best_step = best_row.median_best_step if best_row is not None else None
+        too_high = _grid_too_high(rows, best_row)
         noisy = (
             max(eval_every, math.ceil(2 * best_step / eval_every) * eval_every)
-            if best_step is not None and best_step <= BEST_BEFORE_FIT * max_steps
+            if best_step is not None and best_step <= BEST_BEFORE_FIT * max_steps and not too_high
             else None
         )
         early = (
@@ -310,9 +329,16 @@ def analyze_sweep(
                 best_step=best_step,
                 noisy_labels_steps=noisy,
                 text=f"no LR fit the training set ({criterion}) within {max_steps} steps{reached}{partial}. "
-                "Either sweep_lr.max_steps is too short or training is compute-bound (the playbook: then "
-                f"train as long as you can afford, and tune on runs of ~10-25% of that length).{early}",
-                advice=(
+                + (
+                    "The grid's LRs are too high to tell (see below)."
+                    if too_high
+                    else "Either sweep_lr.max_steps is too short or training is compute-bound (the "
+                    "playbook: then train as long as you can afford, and tune on runs of ~10-25% of "
+                    f"that length).{early}"
+                ),
+                advice="go lower first (see below)"
+                if too_high
+                else (
                     f"if your labels are noisy: --set max_train_steps={noisy}; otherwise set "
                     if noisy is not None
                     else "set "
@@ -322,6 +348,23 @@ def analyze_sweep(
                 "(or raise sweep_lr.max_steps and re-run the sweep)",
             )
         )
+        if too_high:
+            full_grid = [row.lr for row in rows]
+            new_points = extend_grid(full_grid, "low", 2)
+            losses = [row.final_train_loss for row in rows]
+            verdicts.append(
+                GridTooHigh(
+                    lowest_lr=rows[0].lr,
+                    new_points=new_points,
+                    extended_grid=sorted(full_grid + new_points),
+                    text=f"the lower the LR, the better it trained: lr {format_lr(rows[0].lr)} (the "
+                    f"smallest in the grid) did best, and the training loss at the end rises with the "
+                    f"LR ({losses[0]:.3g} at lr {format_lr(rows[0].lr)} to {losses[-1]:.3g} at lr "
+                    f"{format_lr(rows[-1].lr)}): the grid is above the learning rates this model trains at",
+                    advice=f"go lower: run lr {lrs_text(new_points)} too: tuner sweep-lr {study_ref} "
+                    "--extend (or move sweep_lr.grid down)",
+                )
+            )
 
     diverged = [row for row in rows if row.count(SweepOutcome.DIVERGED)]
     if diverged:

@@ -178,14 +178,14 @@ def extended_sweep_plan(loaded: LoadedStudy, stored: StoredPlan, storage: Any) -
 
     from tuner.orchestrate import optuna_study_name, with_retries
     from tuner.playbook.sweep_cap import check_extension
-    from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge
+    from tuner.playbook.sweep_lr import AllDiverged, FastestAtEdge, GridTooHigh
 
     study = with_retries(
         optuna.load_study, study_name=optuna_study_name(loaded.spec.name, "sweep-lr"), storage=storage
     )
     trials = with_retries(study.get_trials, False)
     result = sweep_result_of(trials, stored)
-    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged)]
+    edges = [v for v in result.verdicts if isinstance(v, FastestAtEdge | AllDiverged | GridTooHigh)]
     if not edges:
         raise UsageError(
             "--extend: nothing to extend: the fastest LR to fit is not at an edge of the grid"

@@ -80,6 +80,19 @@ class AllDiverged(Verdict):
 
 
 @dataclass(frozen=True)
+class GridTooHigh(Verdict):
+    """Nothing fit, nothing diverged, and the lower the LR the better it trained (the lowest LR
+    the best, the training loss at the end rising with the LR): the grid sits above what the
+    model trains at, as when every LR diverges; an early best step there is no sign of noisy
+    labels (a run that never learned is best at its first eval)."""
+
+    kind: ClassVar[str] = "grid_too_high"
+    lowest_lr: float
+    new_points: list[float]  # what ``--extend`` adds below the grid
+    extended_grid: list[float]
+
+
+@dataclass(frozen=True)
 class Diverged(Verdict):
     kind: ClassVar[str] = "diverged"
     lrs: list[float]  # LRs on which at least one seed diverged, ascending
@@ -207,7 +220,9 @@ class SweepResult:
             {"kind": "nothing_fits", "max_steps", "best_lr", "best_value", "partly_fit_lrs",
              "best_step", "noisy_labels_steps", "text", "advice"},  # the last two: null unless the
                                           #   objective was best at or before half of max_steps
+                                          #   (and the grid is not too high: grid_too_high)
             {"kind": "all_diverged", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
+            {"kind": "grid_too_high", "lowest_lr", "new_points", "extended_grid", "text", "advice"},
             {"kind": "diverged", "lrs", "threshold_lr", "partial_lrs", "text", "advice"},
             {"kind": "stopped_cannot_win", "lrs", "stopped_at_steps", "fit_step", "steps_saved",
              "text", "advice"},

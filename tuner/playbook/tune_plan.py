@@ -79,7 +79,8 @@ def sweep_decision(loaded: LoadedStudy, budget_steps: int, sets: list[str]) -> t
             f"(20%, {int(budget_steps * 0.2):,} steps): each LR capped at {shape.cap} steps "
             f"(<= {shape.upper_bound:,} steps; a trial that fits stops sooner)"
         )
-        return stage, Decision("sweep_cap", stage.key, text, numbers)
+        short = f"sweep-lr: {trials} trials, each capped at {shape.cap} steps (<= {shape.upper_bound:,}: 20%)"
+        return stage, Decision("sweep_cap", stage.key, text, numbers, short)
     text = (
         f"sweep-lr: {trials} trials of at most {shape.cap} steps (<= {shape.upper_bound:,} steps, within 20%)"
     )
@@ -229,7 +230,14 @@ def later_decisions(
             text += f" ({'; '.join(grown)})"
         elif planned.seeds < file_round.seeds or planned.top_k < file_round.top_k:
             text += f" (shrunk to fit: the file has top_k {file_round.top_k} x seeds {file_round.seeds})"
-        decided.append((stage, Decision(f"round{planned.number}_shape", stage.key, text, planned.to_json())))
+        short = (
+            f"round {planned.number}: {_count(planned.top_k, 'point')} x {_count(planned.seeds, 'seed')}"
+            + (f" x {planned.multipliers} LR multipliers" if planned.multipliers > 1 else "")
+            + f" of {planned.steps} steps ({planned.cost:,} steps)"
+        )
+        decided.append(
+            (stage, Decision(f"round{planned.number}_shape", stage.key, text, planned.to_json(), short))
+        )
         left -= planned.cost
     return decided
 

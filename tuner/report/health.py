@@ -17,7 +17,6 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from tuner.orchestrate.budget import FAILURE_WARNING_RATE
@@ -226,12 +225,15 @@ def _region(key: str, diverged: list[TrialSlot], finished: list[TrialSlot]) -> D
     return None
 
 
-def _finish_order(slot: TrialSlot) -> tuple[datetime, int]:
-    return (slot.final.datetime_complete or datetime.max, slot.slot)
+def _search_order(slot: TrialSlot) -> int:
+    """Where the slot's result came in the search: its final attempt's trial number (the storage's
+    one sequence for every worker), never ``datetime_complete``, which each worker stamps with
+    its own clock (a machine minutes fast would reorder the trials it ran)."""
+    return slot.final.number
 
 
 def _best_so_far(phase: PhaseData) -> list[tuple[int, float, float]]:
-    done = sorted(phase.completed, key=_finish_order)
+    done = sorted(phase.completed, key=_search_order)
     history = []
     best: float | None = None
     for slot in done:
@@ -268,8 +270,8 @@ def _progress(phase: PhaseData, history: list[tuple[int, float, float]], result:
             Progress(
                 trend="improving",
                 level=Level.INFO,
-                text=f"still improving: trial {history[last - 1][0]} (the {ordinal(last)} of {n} to "
-                f"finish) set the best value {fmt(history[last - 1][2])}",
+                text=f"still improving: trial {history[last - 1][0]} (the {ordinal(last)} of {n} in "
+                f"trial order) set the best value {fmt(history[last - 1][2])}",
                 advice="continue: more trials of this space are likely to find better points "
                 "(raise --trials and re-run)",
                 **common,
@@ -282,7 +284,7 @@ def _progress(phase: PhaseData, history: list[tuple[int, float, float]], result:
                 level=Level.OK,
                 text=f"plateaued: no new best in the last {since} of {n} completed trials (best "
                 f"{fmt(history[last - 1][2])}, set by trial {history[last - 1][0]}, the {ordinal(last)} "
-                "to finish)",
+                "in trial order)",
                 advice="stop this phase: more trials of the same space are unlikely to help; move to "
                 "the next round, or change the search space if a boundary warning says so",
                 **common,
@@ -294,7 +296,7 @@ def _progress(phase: PhaseData, history: list[tuple[int, float, float]], result:
                 trend="slowing",
                 level=Level.INFO,
                 text=f"slowing: the last new best came {since} trials ago (trial {history[last - 1][0]}, the "
-                f"{ordinal(last)} of {n} to finish)",
+                f"{ordinal(last)} of {n} in trial order)",
                 advice="a few more trials may still help; stop once half the trials bring no new best",
                 **common,
             )

@@ -87,7 +87,7 @@ def _history(report: PhaseReport) -> Item:
             mode="markers",
             name="trial",
             marker={"color": BLUE, "size": 7, "opacity": 0.75},
-            hovertemplate="trial %{customdata} (#%{x} to finish)<br>value %{y:.4g}<extra></extra>",
+            hovertemplate="trial %{customdata} (#%{x} in trial order)<br>value %{y:.4g}<extra></extra>",
         ),
         go.Scatter(
             x=order[steps],

@@ -215,6 +215,10 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         # more of the source's points is advice only while it has more than were taken
         more_points = source is None or len(points) < len(source.completed)
         finding = _correlation_finding(phase, result.source_phase, rho, first, common, more_points)
+        if rho is None:
+            finding = _all_equal(phase, result.source_phase, scored, noise, common) or finding
+        elif finding.quality == "within_noise":
+            finding = _told_apart_now(phase, result.source_phase, scored, finding, common) or finding
         result.findings.append(finding)
     multipliers = multiplier_finding(phase, [p.source_trial for p in points], noise)
     if multipliers is not None:
@@ -240,6 +244,62 @@ def _spearman(x: list[float], y: list[float]) -> float | None:
         return None
     rho = spearmanr(x, y).statistic
     return float(rho) if rho is not None and math.isfinite(rho) else None
+
+
+def _all_equal(
+    phase: PhaseData, source: str, scored: list[TransferPoint], noise: Noise, common: dict[str, Any]
+) -> RankCorrelation | None:
+    """A round whose points all scored the same value on an eval set small enough that one
+    example moves it a whole step: the split, not the points, is what cannot tell them apart."""
+    for name, values, examples in (
+        (source, [p.source_value for p in scored], noise.source_examples),
+        (phase.phase, [float(p.value or 0.0) for p in scored], noise.examples),
+    ):
+        if len(set(values)) != 1 or examples is None or not 0.0 <= values[0] <= 1.0:
+            continue
+        count = round(values[0] * examples)
+        return RankCorrelation(
+            quality="too_few",
+            spearman=None,
+            level=Level.INFO,
+            text=f"{name}'s {len(values)} points all scored {fmt(values[0])} ({count} of {examples} "
+            f"eval examples): a split of {examples} examples moves the value in steps of "
+            f"{fmt(1 / examples)}, too coarse to separate them, so the ranking cannot be compared",
+            advice="a larger validation split would separate them (a few thousand examples move it "
+            "in steps of 0.0005 or less), or more seeds per point",
+            **common,
+        )
+    return None
+
+
+def _told_apart_now(
+    phase: PhaseData, source: str, scored: list[TransferPoint], found: RankCorrelation, common: dict[str, Any]
+) -> RankCorrelation | None:
+    """No pair changed order beyond both rounds' noise, yet the later round tells pairs apart
+    that the earlier could not: it found an order the short runs were too noisy to see."""
+    banded = [p for p in scored if p.source_noise is not None and p.noise is not None]
+    if len(banded) < len(scored):
+        return None
+    pairs = list(combinations(banded, 2))
+    resolved = sum(
+        1
+        for a, b in pairs
+        if a.noise.apart(b.noise) and not a.source_noise.apart(b.source_noise)  # type: ignore[union-attr]
+    )
+    if not resolved:
+        return None
+    best = min(scored, key=lambda p: p.rank or len(scored) + 1)
+    return RankCorrelation(
+        quality=found.quality,
+        spearman=found.spearman,
+        level=Level.INFO,
+        text=f"{source} could not tell these points apart (their values lie inside each other's noise) "
+        f"and {phase.phase} does: {of(resolved, len(pairs), 'pairs')} apart beyond its noise "
+        f"({common['noise']}); its best is trial {best.source_trial}'s point ({fmt(best.value or 0.0)}): "
+        f"trust {phase.phase}'s order, not {source}'s",
+        advice=f"choose from {phase.phase}'s runs; {source}'s short runs ranked these points by noise",
+        **common,
+    )
 
 
 def _correlation_finding(

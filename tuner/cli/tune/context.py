@@ -91,7 +91,7 @@ class TuneContext:
         """Log a decision: printed, and stored before anything acts on it."""
         self.state.decisions.append(decision)
         self.save()
-        self.say(decision.text)
+        self.say(decision.line)
 
     def record(self, stage: Stage, decision: Decision) -> Stage:
         """Store a stage decided now with its decision, in one write (a re-run finds the stage
@@ -99,7 +99,7 @@ class TuneContext:
         self.state.stages.append(stage)
         self.state.decisions.append(decision)
         self.save()
-        self.say(decision.text)
+        self.say(decision.line)
         return stage
 
     def save(self) -> None:
@@ -134,6 +134,19 @@ class TuneContext:
         storage = self.storage_of(load_study(Path(stage.study_file), stage.sets), create=False)
         stored = load_stored_phase(storage, stage.study, stage.phase)
         return len({slot_key(t)[0] for t in counted(stored.trials)}) if stored is not None else 0
+
+    def budget_line(self) -> str:
+        """``budget: 2,760 of 8,000 steps spent (34%), about 1m 20s left at this pace``: where the
+        whole budget stands, said before each phase (the phases' own bars show only theirs)."""
+        from tuner._format import duration
+
+        spent = sum(self.steps_of(stage) for stage in self.state.stages)
+        budget = max(1, self.budget_steps)
+        line = f"budget: {spent:,} of {self.budget_steps:,} steps spent ({spent / budget:.0%})"
+        if spent:
+            left = max(0, self.budget_steps - spent) * self.spent_s() / spent  # the pace so far
+            line += f", at most about {duration(left)} left at this pace"
+        return line
 
     def committed(self) -> int:
         """Steps spent or promised: a finished stage's trained steps, else its share."""

@@ -100,6 +100,7 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
         context.say(f"{stage.key}: done in an earlier run, not run again")
         return
     request = context.request
+    context.say(context.budget_line())
     limit = _time_limit(context, stage)
     trials = None
     if stage.phase == round_phase(1):  # what it decided, or the slots another command added since
@@ -175,6 +176,8 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
             f"sweep-lr: no LR fit the training set within {cap} steps: the rounds train "
             f"max_train_steps {cap}, the longest the sweep tried ({why})",
             numbers,
+            short=f"sweep-lr: no LR fit within {cap} steps: the rounds train {cap} steps"
+            + (f" (validation was best at step {early.best_step:g})" if early is not None else ""),
         )
     )
     return cap
@@ -224,6 +227,8 @@ def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int)
                 "noisy_labels_steps": early.noisy_labels_steps,
                 "lr": early.lr,
             },
+            short=f"sweep-lr: validation was best at step {early.best_step:g}, long before the fit "
+            f"(step {early.fit_step}): the rounds train {length} steps",
         )
     )
 
@@ -309,6 +314,8 @@ def drive(context: TuneContext) -> LoadedStudy:
                 f"budget {context.budget_steps:,} training steps ({context.request.budget.text}); "
                 f"split: {split}",
                 {"steps": context.budget_steps, "text": context.request.budget.text},
+                short=f"budget {context.budget_steps:,} training steps"
+                + ("" if context.request.budget.seconds is None else f" ({context.request.budget.text})"),
             )
         )
     loaded = current_study(context)

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
     from tuner.spec import LoadedStudy
 
 NONE_KIND = "extra_round_none"
+# what each transfer verdict means, for its one-line decision (the report's text has the numbers)
+TRANSFER_MEANING = {
+    "good": "round 1's ranking held at full length",
+    "within_noise": "the order changed only inside the noise",
+    "weak": "round 1's ranking held only weakly",
+    "reversed": "round 1's ranking did not hold",
+    "too_few": "too few points to tell",
+}
 
 
 def _phase_report(context: TuneContext, loaded: LoadedStudy, phase: str) -> PhaseReport | None:
@@ -139,7 +147,9 @@ def _log_transfer(
     text = f"{round_phase(number)}'s transfer: {quality}: {text}"
     if quality in ("weak", "reversed") and not context.request.switches.extra_round:
         text += f"; {max(context.left(), 0):,} steps left: no further round (--no-extra-round)"
-    context.decide(Decision("transfer", stage_key, text, {"quality": quality}))
+    meaning = TRANSFER_MEANING.get(quality)
+    short = f"{round_phase(number)}'s transfer: {quality}" + (f" ({meaning})" if meaning else "")
+    context.decide(Decision("transfer", stage_key, text, {"quality": quality}, short))
 
 
 def _extra_round(
@@ -212,6 +222,10 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     )
     stage.steps_per_trial = shape.steps
     if shape.kind is ExtraKind.LONGER:
+        short = (
+            f"round {shape.number}: the chosen point trains longer, {as_ran.steps} -> {shape.steps} "
+            f"steps, on {shape.seeds} new seed{'s' if shape.seeds != 1 else ''}"
+        )
         text = (
             f"round {shape.number}: {why_longer}: its chosen point trains longer, "
             f"{as_ran.steps} -> {shape.steps} steps ({shape.steps / as_ran.steps:.3g}x: the longest, up to "
@@ -223,8 +237,13 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
         found = transfer_text(report)
         if found is not None and found[0] != "good":
             why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
+        points = f"{shape.top_k} point{'s' if shape.top_k != 1 else ''}"
+        short = (
+            f"round {shape.number}: round {last}'s {points} again on {shape.seeds} new "
+            f"seed{'s' if shape.seeds != 1 else ''} each, at {shape.steps} steps"
+        )
         text = (
-            f"round {shape.number}: round {last}'s {shape.top_k} points again on {shape.seeds} new seed"
+            f"round {shape.number}: round {last}'s {points} again on {shape.seeds} new seed"
             f"{'s' if shape.seeds != 1 else ''} each at {shape.steps} steps ({why}); the delivered model "
             f"pools each point's runs over rounds {last} and {shape.number}"
         )
@@ -235,5 +254,5 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
         "unregularised_length": unregularised is not None,
     }
     return context.record(
-        stage, Decision(f"round{shape.number}_{shape.kind.value}", stage.key, text, numbers)
+        stage, Decision(f"round{shape.number}_{shape.kind.value}", stage.key, text, numbers, short)
     )

@@ -84,8 +84,21 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     numbers = {"file": str(destination), "study": written.name, "changes": written.changes}
     if held:
         numbers["not_applied"] = [{"key": s.key, "why": why} for s, why in held]
-    context.decide(Decision("suggestions_applied", stage_key, text, numbers))
+    short = f"round 1's report suggests changing {_changed(kept)}: applied in {written.name}, searched next"
+    context.decide(Decision("suggestions_applied", stage_key, text, numbers, short))
     return following
+
+
+def _changed(suggestions: list[Suggestion]) -> str:
+    """``optimizer.lr's range, max_train_steps``: what the suggestions change, by name only."""
+    names = []
+    for suggestion in suggestions:
+        path = suggestion.path
+        if path[0] == "search_space" and len(path) > 1:
+            names.append(f"{path[1]}'s {'values' if suggestion.drop is not None else 'range'}")
+        else:
+            names.append(suggestion.key.removeprefix("training."))
+    return ", ".join(dict.fromkeys(names))
 
 
 def _listed(suggestions: list[Suggestion]) -> str:
@@ -101,6 +114,7 @@ def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) ->
             stage_key,
             f"round 1's report suggests {listed}; not applied ({why}): the later rounds next",
             {"why": why},
+            f"round 1's report suggests changes, not applied ({why}): the later rounds next",
         )
     )
     return None
