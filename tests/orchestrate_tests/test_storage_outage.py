@@ -119,3 +119,60 @@ def test_a_worker_started_during_an_outage_waits_for_the_database(
         assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
     finally:
         delete_phases(postgres_url, unique_name)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", ["run-round", "report"])
+def test_run_round_and_report_started_during_an_outage_wait_for_the_database(
+    tmp_path: Path,
+    output_dir: Path,
+    postgres_url: str,
+    unique_name: str,
+    proxy: TcpProxy,
+    command: str,
+) -> None:
+    """They said "cannot open storage ... Connection refused" within a second; now they wait it
+    out as the workers do, say so once, and go on when the server is back."""
+    import subprocess
+    import sys
+
+    from tuner.playbook import start_round
+    from tuner.spec import load_study
+
+    study = toy_study(tmp_path, name=unique_name, round1={"trials": 2, "steps": 10})
+    start_round(load_study(study), "round-1", output_dir, storage_url=postgres_url)
+    proxy.stop()
+    env = tuner_env(TUNER_STORAGE=_through(postgres_url, proxy), TUNER_STORAGE_OUTAGE_S=WINDOW_S)
+    args = {
+        "run-round": ["run-round", str(study), "--round", "1", "--workers", "1", "--no-progress"],
+        "report": ["report", str(study)],
+    }[command]
+    log = tmp_path / "command.log"
+    with log.open("w") as sink:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "tuner", *args, "--output-dir", str(output_dir)],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    try:
+
+        def waits_or_ended() -> bool:
+            return "storage unreachable since" in log.read_text() or started.poll() is not None
+
+        _wait_for(waits_or_ended, 240, f"{command} to say it waits")
+        assert started.poll() is None, log.read_text()
+        proxy.start()
+        started.wait(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(started.pid, signal.SIGKILL)
+    try:
+        output = log.read_text()
+        assert started.returncode == 0, output
+        assert "cannot open storage" not in output and "Traceback" not in output, output
+        said = [line for line in output.splitlines() if "unreachable" in line]
+        assert said[0].startswith("warning: storage unreachable since"), output
+        assert (
+            f"study        {unique_name}" in output if command == "report" else "round-1: 2/2 done" in output
+        )
+    finally:
+        delete_phases(postgres_url, unique_name)

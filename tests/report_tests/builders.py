@@ -151,7 +151,8 @@ def run_folder(
     checkpoint: bool = True,
 ) -> Path:
     """A run folder as the engine leaves it: ``status.json``, ``metrics.csv`` with the eval row of
-    ``best_step``, and the best checkpoint's file (empty: the report only looks for it)."""
+    ``best_step``, and the best checkpoint's file (empty: the report only looks for it and checks
+    it against ``checksums.json``)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "status.json").write_text(
         json.dumps({"status": "completed", "best_step": best_step, "last_eval": metrics, **(status or {})})
@@ -160,6 +161,11 @@ def run_folder(
     rows = [",".join(columns), ",".join([str(best_step), "0.1", "0.5", "1.0", *map(str, metrics.values())])]
     (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
     if checkpoint:
+        import hashlib
+
         (folder / "checkpoints").mkdir(exist_ok=True)
-        (folder / "checkpoints" / f"best-step{best_step:08d}.pt").write_bytes(b"")
+        name = f"best-step{best_step:08d}.pt"
+        (folder / "checkpoints" / name).write_bytes(b"")
+        digests = {"algorithm": "sha256", "files": {name: [hashlib.sha256(b"").hexdigest()]}}
+        (folder / "checkpoints" / "checksums.json").write_text(json.dumps(digests))
     return folder

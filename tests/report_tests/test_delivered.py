@@ -91,6 +91,25 @@ def _list_block(built: Built) -> str:
     return " ".join(plain(result.stdout).split())
 
 
+def test_a_truncated_or_unverified_checkpoint_is_not_named_the_model_without_a_word(tmp_path: Path) -> None:
+    built = _two_rounds(tmp_path, {"top_k": 2}, [0.15, 0.12])
+    checkpoint = built.output_dir / "toy" / "round-2" / "trial-1" / "checkpoints" / "best-step00000040.pt"
+    checkpoint.write_bytes(b"PK\x03\x04 cut")  # not the bytes that were written
+    delivered = _delivered_json(built)
+    assert delivered["checkpoint"] == str(checkpoint) and delivered["checkpoint_on_this_machine"] is False
+    assert (
+        delivered["checkpoint_problem"]
+        == "damaged: its sha256 differs from the one recorded when it was written"
+    )
+    text = " ".join(plain(invoke("report", "toy", "--output-dir", str(built.output_dir)).stdout).split())
+    assert "(damaged: its sha256 differs from the one recorded when it was written)" in text
+    (checkpoint.parent / "checksums.json").unlink()
+    delivered = _delivered_json(built)
+    assert delivered["checkpoint_problem"] == (
+        "unverified: checksums.json beside it (nor its copy in index.json) records no checksum for it"
+    )
+
+
 def test_round_2_delivers_even_when_a_short_round_1_run_looks_better(tmp_path: Path) -> None:
     # round 1's best is 0.10 (slot 1); round 2 retrains round 1's slots 1 and 2: 0.15 and 0.12
     built = _two_rounds(tmp_path, {"top_k": 2}, [0.15, 0.12])

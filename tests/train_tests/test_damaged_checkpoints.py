@@ -8,6 +8,7 @@ was a hard link to the same ``latest.pt`` keeps its intact bytes.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -96,12 +97,35 @@ def test_random_bytes_in_the_middle_are_caught_by_the_checksum(crashed) -> None:
     _resumes_from_the_best_and_says_why(study, runs, run_dir, "damaged", "sha256")
 
 
+@pytest.mark.parametrize("manifest", ["truncated", "missing"])
+def test_a_damaged_checksums_file_does_not_let_a_damaged_checkpoint_load_unverified(
+    crashed, manifest
+) -> None:
+    """checksums.json cut short (or deleted) and random bytes in latest.pt: the digests' copy in
+    index.json still catches it, and the run resumes from the newest intact best checkpoint
+    (not from garbage weights that would "diverge" and be blamed on the LR)."""
+    study, runs, run_dir = crashed
+    checksums = run_dir / "checkpoints" / "checksums.json"
+    if manifest == "truncated":
+        checksums.write_text(checksums.read_text()[:20])
+    else:
+        checksums.unlink()
+    middle = len((run_dir / "checkpoints" / "latest.pt").read_bytes()) // 2
+    _replace(
+        run_dir / "checkpoints" / "latest.pt",
+        lambda data: data[:middle] + os.urandom(5000) + data[middle + 5000 :],
+    )
+    _resumes_from_the_best_and_says_why(study, runs, run_dir, "damaged", "sha256")
+
+
 def test_an_unsafe_pickle_is_refused_without_torchs_advice(crashed) -> None:
     """A run folder of an older tuner (no checksums) whose latest.pt would run code on load."""
     study, runs, run_dir = crashed
-    for manifest in (run_dir / "checkpoints").glob("*.json"):
-        if manifest.name != "index.json":
-            manifest.unlink()
+    (run_dir / "checkpoints" / "checksums.json").unlink()
+    index = json.loads((run_dir / "checkpoints" / "index.json").read_text())
+    (run_dir / "checkpoints" / "index.json").write_text(
+        json.dumps({k: v for k, v in index.items() if k != "digests"})
+    )
     latest = run_dir / "checkpoints" / "latest.pt"
     latest.unlink()
     torch.save({"step": 3, "payload": os.system}, latest)  # a global: unpickling would import it

@@ -65,5 +65,8 @@ def test_a_checkpoint_without_a_run_folder_or_a_checksum_is_refused(
     with pytest.raises(UsageError, match="not in a run folder"):
         load_model(loose)
     (best.parent / "checksums.json").unlink()
+    assert type(load_model(best)).__name__ == "_Toy"  # verified by the copy in index.json
+    index = json.loads((best.parent / "index.json").read_text())
+    (best.parent / "index.json").write_text(json.dumps({**index, "digests": {}}))
     with pytest.raises(UsageError, match="has no checksum for it, so its weights cannot be trusted"):
         load_model(best)

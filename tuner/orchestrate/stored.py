@@ -13,12 +13,14 @@ it falls back to Optuna's public API.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from tuner.errors import UsageError
+from tuner.orchestrate import outage
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
 from tuner.orchestrate.storage import _scrub, open_grpc_proxy, open_journal, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
@@ -231,7 +233,7 @@ def open_reader(url: str) -> StorageReader:
     parsed = parse_storage_url(url)
     if parsed.grpc_address is not None:
         reader = StorageReader(url, None, fast=False)  # the proxy serves Optuna's API, not SQL
-        reader._optuna_storage = open_grpc_proxy(*parsed.grpc_address)
+        reader._optuna_storage = open_grpc_proxy(*parsed.grpc_address, wait_out_outage=True)
         return reader
     if parsed.journal_file is not None:  # a journal is read through Optuna's API too
         if not parsed.journal_file.is_file():
@@ -252,14 +254,25 @@ def open_reader(url: str) -> StorageReader:
         )
     if parsed.sqlite_file is not None:
         check_sqlite_file(parsed.sqlite_file)
-    try:
-        engine = create_engine(normalised, **_read_engine_kwargs(normalised))
-        with engine.connect() as connection:
-            known = adapter.schema_known(connection)
-    except (SQLAlchemyError, ImportError, ValueError) as error:
-        _raise_if_damaged(url, error)
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UsageError(f"cannot read storage {redact_url(url)}: {_scrub(first, url)}") from None
+    engine = None
+    for attempt in itertools.count():
+        try:
+            engine = engine or create_engine(normalised, **_read_engine_kwargs(normalised))
+            with engine.connect() as connection:
+                known = adapter.schema_known(connection)
+            if attempt:
+                outage.note_reachable()
+            break
+        except (SQLAlchemyError, ImportError, ValueError) as error:
+            if outage.is_outage(error):  # a server restarting: waited out, as the workers do
+                lasted = outage.note_unreachable(error)
+                if lasted < outage.outage_window_s():
+                    outage.wait(min(0.5 * 2**attempt, outage.MAX_WAIT_S))
+                    continue
+                raise outage.give_up(error, lasted) from None
+            _raise_if_damaged(url, error)
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UsageError(f"cannot read storage {redact_url(url)}: {_scrub(first, url)}") from None
     if known is None:
         engine.dispose()
         raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")

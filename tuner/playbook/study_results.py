@@ -36,7 +36,9 @@ def store_recommendation(phase_study: Any, steps: int | None) -> None:
 
 def open_existing_storage(url: str) -> Any:
     """The storage at ``url``, or None for an SQLite file that does not exist (readers such as
-    ``validate`` and ``estimate`` never create one)."""
+    ``validate`` and ``estimate`` never create one). A server that does not answer is waited
+    out as workers wait it out (``outage.py``: up to ``$TUNER_STORAGE_OUTAGE_S``, said once):
+    ``run-round`` started while the database restarts goes on once it is back."""
     from tuner.orchestrate import open_storage
     from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
@@ -45,4 +47,4 @@ def open_existing_storage(url: str) -> Any:
         return None
     if parsed.journal_file is not None and not parsed.journal_file.exists():
         return None
-    return open_storage(url)
+    return open_storage(url, wait_out_outage=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from tuner.report.run_folders import Unreadable, best_checkpoint
 from tuner.report.study_data import PhaseData, TrialSlot
+from tuner.train.checksums import checkpoint_problem
 
 
 @dataclass
@@ -26,7 +27,7 @@ class BestTrial:
     run_dir: str | None
     checkpoint: str | None  # the best checkpoint's file (None: the trial recorded no folder or best step)
     checkpoint_on_this_machine: bool
-    checkpoint_problem: str | None  # why it is not on this machine
+    checkpoint_problem: str | None  # why it is not usable here: not on this machine, or damaged
     reproduce: str | None
     attempts: int
     train_s: float
@@ -67,7 +68,10 @@ def best_trial(phase: PhaseData, slot: TrialSlot | None = None) -> BestTrial | N
         checkpoint = str(Path(best.run_dir) / "checkpoints" / f"best-step{best.best_step:08d}.pt")
         found = best_checkpoint(best.run_dir, best.best_step)
         here = isinstance(found, Path)
-        if not isinstance(found, Path):
+        if isinstance(found, Path):  # here, but is it the file that was written?
+            problem = checkpoint_problem(found)
+            here = problem is None
+        else:
             unreadable.append(found)
             problem = (
                 "not on this machine: no run folder here"

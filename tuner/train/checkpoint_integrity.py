@@ -9,66 +9,24 @@ line naming it and why.
 
 Crash safety of the manifest: before ``latest.pt`` is replaced, the manifest lists both the old
 and the new digest, and only after the rename the old one alone is dropped. A kill at any moment
-leaves a ``latest.pt`` whose digest is listed. A file with no recorded digest (a run folder of an
-older tuner) is loaded unverified: ``weights_only`` still refuses code.
+leaves a ``latest.pt`` whose digest is listed. ``index.json`` keeps a copy of the digests, which
+a truncated or deleted ``checksums.json`` falls back to; a checkpoint of a run that recorded
+checksums but whose digest neither file holds is never loaded unverified. Only a run folder of
+an older tuner (neither file records any) is: ``weights_only`` still refuses code there.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import pickle
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tuner._atomic import atomic_write_json
 from tuner.errors import UsageError
 from tuner.output import shown_path
-
-MANIFEST = "checksums.json"
-
-
-def sha256_of(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-class Manifest:
-    """``checksums.json``: file name -> the sha256 digests a file of that name may have."""
-
-    def __init__(self, folder: Path, *, durable: bool = False) -> None:
-        self.path, self.durable = Path(folder) / MANIFEST, durable
-        self.digests: dict[str, list[str]] = self._read()
-
-    def _read(self) -> dict[str, list[str]]:
-        try:
-            files = json.loads(self.path.read_text()).get("files", {})
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return {name: list(d) for name, d in files.items() if isinstance(d, list)}
-
-    def set(self, name: str, *digests: str) -> None:
-        self.digests[name] = [d for d in dict.fromkeys(digests) if d]
-
-    def drop(self, names: Iterable[str]) -> None:
-        for name in names:
-            self.digests.pop(name, None)
-
-    def save(self, *, durable: bool | None = None) -> None:
-        """``durable`` None: as the checkpoints are (a record that only drops a digest need not be)."""
-        durable = self.durable if durable is None else durable
-        atomic_write_json(self.path, {"algorithm": "sha256", "files": self.digests}, durable=durable)
+from tuner.train.checksums import file_sha256, recorded_digests
 
 
 class CheckpointsDamaged(UsageError):
@@ -115,7 +73,7 @@ def load_verified(path: Path, expected: list[str] | None) -> dict[str, Any]:
     """Load one checkpoint (``weights_only``) if its digest is among ``expected`` (None: unknown).
 
     Raises ``ValueError`` with the reason a user reads when it must be skipped."""
-    if expected is not None and _file_sha256(path) not in expected:
+    if expected is not None and file_sha256(path) not in expected:
         raise ValueError("damaged: its sha256 differs from the one recorded when it was written")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -136,11 +94,17 @@ def newest_intact(folder: Path, latest: str, best_files: list[Path]) -> Resumabl
     candidates += best_files
     if not candidates:
         return Resumable(None, None)
-    manifest = Manifest(folder)
     skipped = []
     for path in candidates:
+        expected, recorded = recorded_digests(folder, path.name)
+        if expected is None and recorded:
+            # checksums were recorded for this run, and none is left for this file: never load it
+            # unverified (random bytes in a tensor load as weights that "diverge" at the next step)
+            why = "unverified: checksums.json (or its copy in index.json) records no checksum for it"
+            skipped.append(Skipped(path.name, why))
+            continue
         try:
-            state = load_verified(path, manifest.digests.get(path.name))
+            state = load_verified(path, expected)
         except (ValueError, OSError) as why:
             skipped.append(Skipped(path.name, str(why)))
             continue

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from tuner._atomic import atomic_write, atomic_write_json
-from tuner.train.checkpoint_integrity import Manifest, Resumable, newest_intact, sha256_of
+from tuner.train.checkpoint_integrity import Resumable, newest_intact
+from tuner.train.checksums import Manifest, sha256_of
 from tuner.train.events import Callback
 from tuner.train.objective import ObjectiveTracker, is_better
 
@@ -129,7 +130,9 @@ class CheckpointCallback(Callback):
             atomic_write(latest, lambda handle: handle.write(snapshot.getbuffer()), durable=self.durable)
             if best:
                 _link_or_copy(latest, self.folder / best)
-            # not fsynced: resume reads the best set from latest.pt, not from here
+            # not fsynced: resume reads the best set from latest.pt, not from here; the digests'
+            # second copy, which a damaged or missing checksums.json falls back to
+            index = {**index, "digests": {k: list(v) for k, v in self.manifest.digests.items()}}
             atomic_write_json(self.folder / "index.json", index, durable=False)
             if evicted:
                 (self.folder / evicted).unlink(missing_ok=True)

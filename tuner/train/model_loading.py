@@ -17,7 +17,8 @@ import torch
 
 from tuner.errors import UsageError
 from tuner.train.build import build_workload
-from tuner.train.checkpoint_integrity import MANIFEST, Manifest, load_verified
+from tuner.train.checkpoint_integrity import load_verified, recorded_digests
+from tuner.train.checksums import MANIFEST
 from tuner.train.rng import trial_seeds
 
 
@@ -39,11 +40,11 @@ def load_model(checkpoint: str | Path, *, device: str | torch.device = "cpu") ->
     from tuner.spec import load_study
 
     loaded = load_study(config)
-    expected = Manifest(path.parent).digests.get(path.name)
+    expected, _ = recorded_digests(path.parent, path.name)
     if expected is None:
         raise UsageError(
-            f"{path}: {path.parent / MANIFEST} has no checksum for it, so its weights cannot be "
-            "trusted as the run's; use another checkpoint of the run"
+            f"{path}: {path.parent / MANIFEST} (nor its copy in index.json) has no checksum for it, "
+            "so its weights cannot be trusted as the run's; use another checkpoint of the run"
         )
     try:
         state = load_verified(path, expected)
