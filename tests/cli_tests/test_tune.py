@@ -231,6 +231,62 @@ def test_ctrl_c_then_the_same_command_continues_without_redoing_phases(tmp_path:
     assert trained_steps(output_dir) <= 80
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill-9"])
+def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
+    tmp_path: Path, stop: str
+) -> None:
+    """Stopped while round 1 runs (some trials done, others to start): by Ctrl-C (exit 130, the
+    running trial checkpoints where it is) or by kill -9 of every process (the kernel's way). The
+    same command then finishes the round and delivers the model within the budget; after Ctrl-C
+    no step is trained twice (the interrupted trial resumes at the step it reached)."""
+    path = toy_study(tmp_path, round1={"steps": 20, "trials": 4}, options={"step_sleep_s": 0.05})
+    output_dir = tmp_path / "runs"
+    args = ("tune", str(path), "--budget", "240", "--no-apply-suggestions", "--no-extra-round",
+            "--no-progress", "--workers", "1", "--output-dir", str(output_dir))  # fmt: skip
+    first = start_tuner(*args)
+
+    def round1_trials() -> list[Any]:
+        from tests.orchestrate_tests.conftest import load_phase
+
+        try:
+            return load_phase(sqlite_url(output_dir), "toy", "round-1").get_trials(deepcopy=False)
+        except Exception:  # the storage or the phase is being created
+            return []
+
+    deadline = time.monotonic() + PATIENCE_S
+    while time.monotonic() < deadline:  # two trials done and the next one training: mid-round
+        trials = round1_trials()
+        done = [t for t in trials if t.state.name == "COMPLETE"]
+        if len(done) >= 2 and any(t.state.name == "RUNNING" and t.user_attrs.get("healthy") for t in trials):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"round 1 did not get under way: {first.output()}")
+    if stop == "ctrl-c":
+        first.send_signal(signal.SIGINT)
+        output, _ = first.communicate(timeout=PATIENCE_S)
+        assert first.returncode == 130, output  # stopped, not finished
+    else:
+        import os
+
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=PATIENCE_S)
+    planned = next(s for s in state(output_dir)["stages"] if s["phase"] == "round-1")
+    assert not planned["done"]
+    again = run_tuner(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "delivered    val/error_rate" in again.stdout
+    trials = round1_trials()
+    finals = {t.user_attrs["slot"]: t for t in trials if t.state.name == "COMPLETE"}
+    assert sorted(finals) == list(range(planned["trials"]))  # every slot once, none more
+    assert trained_steps(output_dir) <= 240
+    if stop == "ctrl-c":
+        (stopped,) = [t for t in trials if t.user_attrs.get("failure_reason") == "interrupted"]
+        (resumed,) = [t for t in trials if t.user_attrs.get("retry_of") == stopped.number]
+        reached = stopped.user_attrs["last_checkpoint_step"]
+        assert reached > 0 and resumed.user_attrs["resumed_from_step"] == reached  # no step twice
+
+
 def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: Path) -> None:
     """Round 1 (built, not trained: 8 trials whose error falls as the LR rises to the top of
     [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,
