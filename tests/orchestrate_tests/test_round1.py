@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from pathlib import Path
@@ -377,3 +378,43 @@ def test_a_tpe_trial_after_a_failed_one_is_sampled_from_the_study_as_it_is_now(
         (t.number, t.state.name, t.user_attrs.get("error")) for t in trials
     ]
     assert sorted(t.user_attrs["slot"] for t in trials if t.state.name == "COMPLETE") == [1, 2]
+
+
+def test_a_worker_killed_by_sigkill_is_replaced_and_its_trial_retried(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """The kernel's OOM killer takes the worker itself (not only its trial): run-round starts it
+    again, the lost trial goes stale and is retried, and the round completes (exit 0) instead
+    of ending with "worker died of SIGKILL" and exit 70."""
+    import json
+    import os
+    import signal
+    import time
+
+    from tests.orchestrate_tests.conftest import PATIENCE_S, start_tuner, tuner_env
+
+    study = toy_study(tmp_path, round1={"trials": 3, "steps": 40}, options={"step_sleep_s": 0.05})
+    command = start_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--no-progress", "--output-dir",
+        str(output_dir), env=tuner_env(TUNER_HEARTBEAT_GRACE_S="3"),
+    )  # fmt: skip
+    status = output_dir / "toy" / "round-1" / ".workers"
+    deadline = time.monotonic() + PATIENCE_S
+    killed = None
+    while time.monotonic() < deadline and killed is None:  # its first trial past its first step
+        for path in status.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                worker = json.loads(path.read_text())
+                if worker.get("state") == "training" and worker.get("step"):
+                    killed = int(worker["pid"])
+        time.sleep(0.05)
+    assert killed is not None, command.output()
+    os.kill(killed, signal.SIGKILL)
+    output, _ = command.communicate(timeout=2 * PATIENCE_S)
+    assert command.returncode == 0, output
+    assert "was killed by SIGKILL (as the kernel's OOM killer does) and started again (1 time)" in output
+    assert "died of SIGKILL" not in output
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    final = {t.user_attrs["slot"]: t.state.name for t in trials if not t.user_attrs.get("retried")}
+    assert final == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE"}
+    assert any(t.user_attrs.get("failure_reason") == "killed" for t in trials)  # the lost trial, retried

@@ -235,6 +235,11 @@ def run_phase(
             view.close()
     for error in pool.tick_errors[:1]:
         warning_line(f"the progress view failed ({type(error).__name__}); the workers were not affected")
+    for label, times in sorted(pool.replaced.items()):
+        warning_line(
+            f"worker {label} was killed by SIGKILL (as the kernel's OOM killer does) and started again "
+            f"({plural(times, 'time')}); its trial was retried as a lost trial is"
+        )
     crashed = report_workers(codes, started.folder)
     environment = environment_errors(codes, started.folder)
     try:

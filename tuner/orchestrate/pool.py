@@ -23,6 +23,9 @@ from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.warm_start import SharedWarmStart, WarmProcess, WarmStarter
 
 MAX_TICK_ERRORS = 10
+# a worker killed by SIGKILL (the kernel's OOM killer, an operator) is started again, this many
+# times at most: its trial goes stale and is retried as any lost trial is, and the round goes on
+MAX_REPLACEMENTS = 3
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,8 @@ class LocalPool:
     imports while the command creates the phase, and waits for it (see ``tuner worker``); it
     imports torch once the phase has a trial for it (``WorkerOptions.warm_up``).
     A first SIGINT/SIGTERM is forwarded once (each worker stops its trial with a checkpoint);
-    a second one is forwarded again (workers then kill their trials at once).
+    a second one is forwarded again (workers then kill their trials at once). A worker killed by
+    SIGKILL that nobody asked to stop is replaced (``MAX_REPLACEMENTS``, ``replaced``).
     Side effects: ``log_dir/<label>.log`` holds each worker's output.
     """
 
@@ -192,6 +196,7 @@ class LocalPool:
         self.tick_errors: list[Exception] = []  # what ``tick`` raised: reported, never fatal
         self.starter: WarmStarter | None = None
         self.shared = shared
+        self.replaced: dict[str, int] = {}  # label -> times its worker was killed and started again
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -205,19 +210,35 @@ class LocalPool:
             else:
                 self.starter = WarmStarter(self.preload, log_path=self._zygote_log, env=env)
         for worker in self.workers:
-            command = self.command_for(worker)
-            env = {**os.environ, **self.env, **worker.env, **parent}
-            log_path = self.log_dir / f"{worker.label}.log"
-            if self.starter is not None and command[:2] == [sys.executable, "-m"]:
-                self.processes[worker.label] = self.starter.start(
-                    worker.label, command, env=env, log_path=log_path
-                )
+            self._launch(worker)
+
+    def _launch(self, worker: LocalWorker) -> None:
+        command = self.command_for(worker)
+        env = {**os.environ, **self.env, **worker.env, DIE_WITH_PARENT_ENV: str(os.getpid())}
+        log_path = self.log_dir / f"{worker.label}.log"
+        if self.starter is not None and command[:2] == [sys.executable, "-m"]:
+            self.processes[worker.label] = self.starter.start(
+                worker.label, command, env=env, log_path=log_path
+            )
+            return
+        with log_path.open("ab") as log:
+            self.processes[worker.label] = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def _replace_killed(self) -> None:
+        """Start again each worker that died of SIGKILL while nobody asked the pool to stop."""
+        if self.signals.count:
+            return
+        for worker in self.workers:
+            process = self.processes[worker.label]
+            if process.poll() != -signal.SIGKILL or self.replaced.get(worker.label, 0) >= MAX_REPLACEMENTS:
                 continue
-            with log_path.open("ab") as log:
-                self.processes[worker.label] = subprocess.Popen(
-                    command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )  # fmt: skip
+            self.replaced[worker.label] = self.replaced.get(worker.label, 0) + 1
+            with (self.log_dir / f"{worker.label}.log").open("a") as log:
+                log.write(f"tuner: worker {worker.label} was killed by SIGKILL; started again\n")
+            self._launch(worker)
 
     def wait(self, tick: Callable[[], None], tick_s: float = 1.0) -> dict[str, int]:
         """Call ``tick`` every ``tick_s`` until every worker has exited; their exit codes.
@@ -229,7 +250,10 @@ class LocalPool:
         asked: set[str] = set()  # the workers this pool sent a SIGTERM
         next_tick = 0.0
         try:
-            while any(process.poll() is None for process in self.processes.values()):
+            while True:
+                self._replace_killed()
+                if all(process.poll() is not None for process in self.processes.values()):
+                    break
                 if time.monotonic() >= next_tick:
                     self._tick(tick)
                     next_tick = time.monotonic() + tick_s
