@@ -318,6 +318,8 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     ]
     assert payload["stages"][1]["trials"] == 4  # (200 - 80 - round 2's 2 seeds x 40) / 10 steps
     assert payload["delivered_model"]["seeds"]["seeds"] == 2  # half the budget holds 2 seeds
+    # tune's rounds.round2.seeds=2 changes nothing `tuner train` trains: not in the command
+    assert "rounds." not in payload["delivered_model"]["reproduce"]
     assert payload["delivered_model"]["phase"] == "round-2"
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
     assert payload["plan"]["steps_ran"] <= 200

@@ -29,13 +29,17 @@ def reproduce_command(
     train`` records its own run's command with no values and ``steps`` None).
 
     Paths are absolute so the command works from any folder. The overrides come first and only
-    those still in effect: one the trial's values (or a later override) replace is dropped.
+    those still in effect: one the trial's values (or a later override) replace is dropped, and
+    so is one of ``rounds`` (``tune``'s ``rounds.round3.seeds=1``...): ``tuner train`` trains one
+    run, which no round's setting changes.
     """
     own = dict(values)
     if steps is not None:
         own["max_train_steps"] = steps
     words = ["tuner", "train", str(Path(study_path).resolve())]
     for text in overrides_in_effect(list(overrides), own):
+        if _path(text.partition("=")[0])[:1] == ("rounds",):
+            continue
         words += ["--set", redact_storage_url(text)]  # `--set storage=...` must not leak a password
     for key, value in own.items():
         words += ["--set", f"{key}={_format_value(value)}"]

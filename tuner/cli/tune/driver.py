@@ -100,7 +100,8 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
         context.say(f"{stage.key}: done in an earlier run, not run again")
         return
     request = context.request
-    context.say(context.budget_line())
+    if any(context.steps_of(s) for s in context.state.stages):  # nothing to say before the first
+        context.say(context.budget_line())
     limit = _time_limit(context, stage)
     trials = None
     if stage.phase == round_phase(1):  # what it decided, or the slots another command added since
