@@ -418,3 +418,40 @@ def test_a_worker_killed_by_sigkill_is_replaced_and_its_trial_retried(
     final = {t.user_attrs["slot"]: t.state.name for t in trials if not t.user_attrs.get("retried")}
     assert final == {0: "COMPLETE", 1: "COMPLETE", 2: "COMPLETE"}
     assert any(t.user_attrs.get("failure_reason") == "killed" for t in trials)  # the lost trial, retried
+
+
+def test_a_workers_status_follows_its_trials_step_between_evaluations(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """The live view's step column reads the worker's status file: it moves with the trial's
+    steps (every second or so), not only at its evaluations (every 10 steps here)."""
+    import json
+    import time
+
+    from tests.orchestrate_tests.conftest import PATIENCE_S, start_tuner
+
+    study = toy_study(tmp_path, round1={"trials": 1, "steps": 40}, options={"step_sleep_s": 0.1})
+    command = start_tuner(
+        "run-round",
+        str(study),
+        "--round",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--output-dir",
+        str(output_dir),
+    )
+    status = output_dir / "toy" / "round-1" / ".workers"
+    seen: set[int] = set()
+    deadline = time.monotonic() + PATIENCE_S
+    while command.poll() is None and time.monotonic() < deadline:
+        for path in status.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                step = json.loads(path.read_text()).get("step")
+                if step:
+                    seen.add(int(step))
+        time.sleep(0.05)
+    command.communicate(timeout=PATIENCE_S)
+    assert command.returncode == 0, command.output()
+    assert any(step % 10 for step in seen), seen  # a step between two evaluations was shown

@@ -45,6 +45,7 @@ from tuner.orchestrate.trial_process import TrialJob, trial_main
 STOP_JOIN_S = 30.0  # a child asked to stop gets this long to checkpoint before it is killed
 STOP_RESPONSE_S = 10.0  # ... but must first show a sign of life this soon (or 3 median steps)
 POLL_S = 0.25
+STEP_REPORT_S = 1.0  # how often ``on_step`` hears the trial's step (a status file write each)
 
 
 class TrialAbandoned(Exception):
@@ -61,8 +62,12 @@ def supervise(
     on_message: Callable[[ChildMessage], None],
     stall: StallRule | None = None,
     limit_of: Callable[[], int | None] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> Outcome:
     """Fork the child and pump its messages until it ends; returns how it ended.
+
+    ``on_step``: the step the child has reached (its beacon), at most every ``STEP_REPORT_S``
+    and only when it moved: the live view's step column (evaluations alone come too seldom).
 
     ``limit_of``: the step from which the trial no longer matters to its phase (``outpaced.py``),
     read before the fork, at each of the child's evaluations and every ``REFRESH_S``.
@@ -94,8 +99,14 @@ def supervise(
     ready = False  # the child handles SIGTERM (checkpoint, then stop) once it has said "started"
     stopping = _StopClock(beacon)
     outcome: Outcome | None = None
+    reported, next_report = 0, time.monotonic() + STEP_REPORT_S
     try:
         while outcome is None:
+            if on_step is not None and time.monotonic() >= next_report:
+                next_report = time.monotonic() + STEP_REPORT_S
+                if beacon.step > reported:
+                    reported = beacon.step
+                    on_step(reported)
             if reader.poll(max(0.0, min(deadline - time.monotonic(), POLL_S))):
                 try:
                     message = reader.recv()

@@ -342,6 +342,7 @@ class Worker:
             beat=beat,
             on_message=recorder.on_message,
             limit_of=self._limit_of(),
+            on_step=lambda step: self._write_status("training", f"step {step}", step=step, **status),
         )
         self._current = (claimed.trial_id, settings, run_dir)
         full = isinstance(outcome, Errored) and outcome.reason == FailureReason.DISK_FULL
