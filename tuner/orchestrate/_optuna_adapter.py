@@ -247,15 +247,19 @@ def select_trials(connection: Any, study_id: int) -> list[dict[str, Any]]:
             distributions[distribution] = json_to_distribution(distribution)
         if trial_id in rows:
             rows[trial_id]["params"][name] = distributions[distribution].to_external_repr(value)
-    for trial_id, key, value in connection.execute(
+    attrs = connection.execute(
         text(
             'SELECT a.trial_id, a."key", a.value_json FROM trial_user_attributes a '
             "JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = :id"
         ),
         where,
-    ):
+    ).all()
+    # every value is JSON text: decoded as one array, one call instead of one per attribute
+    # (10,000 trials hold ~160,000: a quarter of a second of tuner report's two)
+    values = json.loads("[" + ",".join(value for _, _, value in attrs) + "]") if attrs else []
+    for (trial_id, key, _), value in zip(attrs, values, strict=True):
         if trial_id in rows:
-            rows[trial_id]["user_attrs"][key] = json.loads(value)
+            rows[trial_id]["user_attrs"][key] = value
     return list(rows.values())
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from tuner.report.range_moves import Edge
 
@@ -56,21 +57,48 @@ class Trend:
 
 def rank_trend(units: list[float], values: list[float], minimize: bool) -> Trend | None:
     """The trend of ``values`` along ``units`` (positions 0..1); None when either is constant."""
-    from scipy import stats
-
     if len(units) < 3 or len(set(units)) < 2 or len(set(values)) < 2:
         return None
-    rho = float(stats.spearmanr(units, values).statistic)
+    rho, p_value = spearman(units, values)
     if not math.isfinite(rho):
         return None
     if len(units) < EXACT_BELOW:
+        from scipy import stats
+
         exact = stats.PermutationMethod(n_resamples=RESAMPLES, rng=0)
         p_value = float(stats.pearsonr(stats.rankdata(units), stats.rankdata(values), method=exact).pvalue)
-    else:
-        p_value = float(stats.spearmanr(units, values).pvalue)
     rising_is_better = (rho < 0) if minimize else (rho > 0)
     side: Edge = "high" if rising_is_better else "low"
     return Trend(rho, p_value, len(units), side, _certainty(p_value))
+
+
+def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided p-value by the t approximation: what
+    ``scipy.stats.spearmanr`` returns (average ranks for ties, ``n - 2`` degrees of freedom), with
+    numpy and ``scipy.special`` only. Importing ``scipy.stats`` costs half a second, a fifth of
+    ``tuner report`` on a study of 10,000 trials, where the approximation is the one used."""
+    import numpy as np
+    from scipy.special import stdtr
+
+    rho = float(np.corrcoef(_average_ranks(x), _average_ranks(y))[0, 1])
+    n = len(x)
+    if not math.isfinite(rho) or n < 3:
+        return rho, math.nan
+    if abs(rho) >= 1.0:
+        return rho, 0.0
+    t = rho * math.sqrt((n - 2) / ((1.0 + rho) * (1.0 - rho)))
+    return rho, float(2 * stdtr(n - 2, -abs(t)))
+
+
+def _average_ranks(values: list[float]) -> Any:
+    """Ranks 1..n, tied values sharing the mean of their ranks (``scipy.stats.rankdata``'s default)."""
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    ordinal = np.empty(len(data))
+    ordinal[np.argsort(data, kind="mergesort")] = np.arange(1, len(data) + 1)
+    _, group = np.unique(data, return_inverse=True)
+    return (np.bincount(group, weights=ordinal) / np.bincount(group))[group]
 
 
 def _certainty(p_value: float) -> Certainty:
