@@ -83,10 +83,23 @@ def test_report_and_list_read_through_the_proxy_as_from_postgresql_and_ctrl_c_st
     assert "s3cret-pw" not in output and "postgres:***@" in output, output
 
 
-def test_an_address_where_no_proxy_answers_is_one_line(tmp_path: Path) -> None:
+def test_an_address_where_no_proxy_answers_is_waited_for_then_one_line(tmp_path: Path) -> None:
+    """As a proxy being restarted is: said at once (a warning), waited for up to
+    ``$TUNER_STORAGE_OUTAGE_S``, then one error line naming the address."""
+    from tests.orchestrate_tests.conftest import tuner_env
+
     started = time.monotonic()
-    done = run_tuner("list", "--storage", f"grpc://127.0.0.1:{_free_port()}")
-    _one_error_line(done, "no storage proxy answers at grpc://127.0.0.1:")
+    port = _free_port()
+    done = run_tuner(
+        "list", "--storage", f"grpc://127.0.0.1:{port}", env=tuner_env(TUNER_STORAGE_OUTAGE_S="2")
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    warning, error = done.stderr.strip().splitlines()
+    assert warning.startswith("warning: storage unreachable since") and "waiting up to 2 s" in warning
+    assert (
+        error.startswith("error: storage unreachable since")
+        and f"no answer at grpc://127.0.0.1:{port}" in error
+    )
     assert time.monotonic() - started < 60  # waits seconds, not gRPC's default forever
     _one_error_line(run_tuner("list", "--storage", "grpc://me:pw@host:1"), "is not a gRPC proxy address")
 

@@ -287,6 +287,37 @@ def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
         assert reached > 0 and resumed.user_attrs["resumed_from_step"] == reached  # no step twice
 
 
+def test_a_finished_tune_given_a_larger_budget_goes_on_from_what_ran(tmp_path: Path) -> None:
+    """``--budget 200`` to the end, then ``--budget 400``: nothing that ran is run again, the
+    steps spent count, and the rest goes to more rounds of the best points (decided on the last
+    round's report), within the new budget; a smaller budget, or one of another kind, is refused."""
+    path = tune_study(tmp_path, top_k=1)
+    output_dir = tmp_path / "runs"
+    built = SimpleNamespace(path=path, output_dir=output_dir)
+    first = run_tuner(*tune_args(built, 200, "--no-apply-suggestions"))
+    assert first.returncode == 0, first.stderr
+    spent = json.loads(first.stdout)["plan"]["steps_ran"]
+    phases = [s["phase"] for s in json.loads(first.stdout)["stages"]]
+    more = run_tuner(*tune_args(built, 400, "--no-apply-suggestions"))
+    assert more.returncode == 0, more.stderr
+    payload = json.loads(more.stdout)
+    raised = [d for d in payload["decisions"] if d["kind"] == "budget_raised"]
+    assert (
+        len(raised) == 1
+        and raised[0]["numbers"]["from_steps"] == 200
+        and raised[0]["numbers"]["steps"] == 400
+    )
+    assert "budget raised 200 -> 400 training steps" in more.stderr
+    stages = [s["phase"] for s in payload["stages"]]
+    assert stages[: len(phases)] == phases and len(stages) > len(phases)  # more rounds, none redone
+    assert all(s["done"] for s in payload["stages"])
+    assert spent < payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 400
+    assert payload["delivered_model"]["checkpoint"]
+    for budget, said in (("300", "run the same command to continue it"), ("5m", "of the same kind")):
+        refused = invoke("tune", str(path), "--budget", budget, "--output-dir", str(output_dir))
+        assert "is being tuned with --budget 400" in single_error(refused) and said in single_error(refused)
+
+
 def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: Path) -> None:
     """Round 1 (built, not trained: 8 trials whose error falls as the LR rises to the top of
     [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,

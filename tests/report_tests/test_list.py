@@ -426,19 +426,27 @@ def _empty_storage(tmp_path: Path) -> list[str]:
             lambda tmp: ["--output-dir", str(tmp)],  # a folder without */study.db
             "no study storage under {tmp} (no {tmp}/*/study.db nor {tmp}/*/storage.json)",
         ),
-        (
-            lambda tmp: ["--storage", "postgresql://tuner:s3cret-pw@127.0.0.1:9/db"],
-            "cannot read storage postgresql://tuner:***@127.0.0.1:9/db: ",
-        ),
         (_garbage_db, "cannot read storage sqlite:///{tmp}/runs/x/study.db: "),
         (_empty_storage, "storage sqlite:///{tmp}/empty.db holds no tuner study"),
     ],
-    ids=["missing-sqlite", "missing-folder", "no-study-db", "postgres-refused", "garbage-db", "no-study"],
+    ids=["missing-sqlite", "missing-folder", "no-study-db", "garbage-db", "no-study"],
 )
 def test_bad_storage_is_one_line_and_exit_2(arguments: Any, expected: str, tmp_path: Path) -> None:
     result = invoke("list", *arguments(tmp_path))
     message = single_error(result)
     assert message.startswith(expected.format(tmp=tmp_path)), message
+    assert "s3cret-pw" not in result.output
+
+
+def test_a_server_that_refuses_is_waited_for_then_one_line_without_its_password() -> None:
+    """As a database restart is (``$TUNER_STORAGE_OUTAGE_S``, here 1 s): said at once, then one
+    error line naming the storage, its password masked."""
+    url = "postgresql://tuner:s3cret-pw@127.0.0.1:9/db"
+    result = invoke("list", "--storage", url, env={"TUNER_STORAGE_OUTAGE_S": "1"})
+    assert result.exit_code == 2, result.output
+    warning, error = plain(result.stderr).strip().splitlines()
+    assert warning.startswith("warning: storage unreachable since") and "waiting up to 1 s" in warning
+    assert error.startswith("error: storage postgresql://tuner:***@127.0.0.1:9/db unreachable since")
     assert "s3cret-pw" not in result.output
 
 

@@ -38,6 +38,10 @@ def budget_in_steps(context: TuneContext) -> int:
     budget = context.request.budget
     if budget.steps is not None:
         return budget.steps
+    raised = context.raised_from
+    if context.state.budget_steps is not None and raised is not None and raised.seconds:
+        # a longer duration than an earlier run's: its steps, at the pace it was converted at
+        return int(context.state.budget_steps * (budget.seconds or 0) / raised.seconds)
     if context.state.budget_steps is not None:
         return context.state.budget_steps
     from tuner.playbook.budget import steps_for_duration
@@ -200,6 +204,10 @@ def tune(
         for line in plan.lines():
             context.console.print(line, markup=False, highlight=False)
         return
+    if context.raised_from is not None:
+        from tuner.cli.tune.driver import raise_budget
+
+        raise_budget(context)
     context.state.budget_steps = context.budget_steps
     context.state.switches = asdict(request.switches)
     context.save()

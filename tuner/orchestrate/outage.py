@@ -186,10 +186,16 @@ def wait(seconds: float) -> None:
         time.sleep(min(0.1, left))
 
 
-def give_up(error: BaseException, lasted_s: float) -> StorageUnreachableError:
+def give_up(error: BaseException, lasted_s: float, url: str | None = None) -> StorageUnreachableError:
+    """The line that ends an outage waited out too long; ``url`` (redacted: never a password)
+    names the storage when the error does not (a connection refused says no host). The outage
+    is over for this process: a later call (a library user's, a test's) starts a new one."""
+    with _lock:
+        _state.since = _state.started = None
     since = time.strftime("%H:%M:%S", time.localtime(time.time() - lasted_s))
+    which = f"storage {url}" if url else "storage"
     return StorageUnreachableError(
-        f"storage unreachable since {since} ({first_line(error)}), longer than ${OUTAGE_ENV} "
+        f"{which} unreachable since {since} ({first_line(error)}), longer than ${OUTAGE_ENV} "
         f"({outage_window_s():g} s): run the same command again once it is back (finished trials are kept)"
     )
 

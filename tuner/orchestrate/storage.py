@@ -171,7 +171,7 @@ def open_storage(
             if wait_out_outage and outage.is_outage(error):
                 lasted = outage.note_unreachable(error)
                 if lasted >= outage.outage_window_s():
-                    raise outage.give_up(error, lasted) from None
+                    raise outage.give_up(error, lasted, redact_url(url)) from None
                 note_retry(error)
                 outage.wait(min(0.5 * 2**attempt, outage.MAX_WAIT_S))
                 continue

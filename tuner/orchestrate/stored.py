@@ -269,7 +269,7 @@ def open_reader(url: str) -> StorageReader:
                 if lasted < outage.outage_window_s():
                     outage.wait(min(0.5 * 2**attempt, outage.MAX_WAIT_S))
                     continue
-                raise outage.give_up(error, lasted) from None
+                raise outage.give_up(error, lasted, redact_url(url)) from None
             _raise_if_damaged(url, error)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"cannot read storage {redact_url(url)}: {_scrub(first, url)}") from None

@@ -54,6 +54,7 @@ class TuneContext:
     warm_start: SharedWarmStart | None = None  # every phase's workers forked from one zygote
     started: float = field(default_factory=time.monotonic)  # this run's start
     spent_before: float = 0.0  # the wall seconds earlier runs took (stored in the state)
+    raised_from: Budget | None = None  # this run's --budget is larger than the stored one's
 
     def spent_s(self) -> float:
         """Wall seconds the runs of this ``tune`` have taken, this one included."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tuner.cli.tune.context import TuneContext, TuneRequest
 from tuner.cli.tune.studies import current_study, production, sets_for
 from tuner.errors import UsageError
+from tuner.playbook.budget import Budget
 from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
 from tuner.spec import LoadedStudy
@@ -39,14 +40,29 @@ def open_context(request: TuneRequest) -> TuneContext:
     context = TuneContext(request, loaded, url, TuneState(budget=request.budget))
     stored = load_state(context.storage_of(loaded, create=False), spec.name)
     if stored is not None:
-        if stored.budget is not None and not stored.budget.same_as(request.budget):
-            raise UsageError(
-                f"{spec.name} is being tuned with --budget {stored.budget.text}; run the same command "
-                f"to continue it (a new budget needs another --output-dir / --storage)"
-            )
+        raised = stored.budget is not None and not stored.budget.same_as(request.budget)
+        if raised:
+            _check_raise(spec.name, stored, request.budget)
         context.state = stored
         context.spent_before = stored.spent_s
+        if raised:
+            context.raised_from = stored.budget
     return context
+
+
+def _check_raise(name: str, stored: TuneState, budget: Budget) -> None:
+    """A different ``--budget`` for a study being tuned: a larger one of the same kind (steps, or
+    a duration) goes on from what ran; anything else is refused in one line."""
+    old = stored.budget
+    assert old is not None
+    same_kind = (old.steps is None) == (budget.steps is None)
+    larger = same_kind and (budget.steps or budget.seconds or 0) > (old.steps or old.seconds or 0)
+    if not larger:
+        raise UsageError(
+            f"{name} is being tuned with --budget {old.text}; run the same command to continue it, "
+            f"or give a larger budget of the same kind (steps, or a duration) to go on from what ran "
+            f"(a smaller or another kind of budget needs another --output-dir / --storage)"
+        )
 
 
 def fresh_search_sets(sets: list[str], search_seed: int, name: str) -> list[str]:
@@ -57,6 +73,30 @@ def fresh_search_sets(sets: list[str], search_seed: int, name: str) -> list[str]
     if any(item.partition("=")[0].strip() == "search_seed" for item in sets):
         raise UsageError(f"--search-seed {search_seed} and --set search_seed=...: give one of them")
     return [*sets, f"search_seed={search_seed}", f"name={name}-search{search_seed}"]
+
+
+def raise_budget(context: TuneContext) -> None:
+    """Log a larger ``--budget`` than the one the study was being tuned with: what ran counts,
+    and what the rounds left undone, or more rounds of its best points, take the rest."""
+    old = context.raised_from
+    assert old is not None
+    before = context.state.budget_steps or 0
+    spent = context.committed()
+    context.state.budget = context.request.budget
+    context.state.budget_steps = context.budget_steps
+    context.decide(
+        Decision(
+            "budget_raised",
+            context.home.spec.name,
+            f"budget raised {old.text} -> {context.request.budget.text} ({before:,} -> "
+            f"{context.budget_steps:,} training steps): the {spent:,} steps spent or planned count, and "
+            "the rest goes to the rounds still to run, then to more rounds of the best points, each "
+            "decided on the last one's report",
+            {"from_steps": before, "steps": context.budget_steps, "spent": spent},
+            short=f"budget raised {before:,} -> {context.budget_steps:,} training steps: the {spent:,} "
+            "spent count",
+        )
+    )
 
 
 class NoProgress(RuntimeError):
@@ -343,6 +383,11 @@ def drive(context: TuneContext) -> LoadedStudy:
         extra = after_last_round(context, loaded)
         if extra is not None:
             run_stage(context, extra)
+        if any(d.kind == "budget_raised" for d in context.state.decisions):
+            from tuner.cli.tune.extra import next_extra_round
+
+            while (more := next_extra_round(context, loaded)) is not None:
+                run_stage(context, more)
     except TimeSpent:
         return loaded
     return loaded

@@ -256,3 +256,27 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     return context.record(
         stage, Decision(f"round{shape.number}_{shape.kind.value}", stage.key, text, numbers, short)
     )
+
+
+def next_extra_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
+    """After a raised ``--budget``: the next round after the latest one of ``loaded`` (decided
+    on its report, as the extra round is: longer runs if they were still improving, else its
+    points on more seeds), or that round itself while it is unfinished; None once not one run
+    fits what is left (decided once after each raise)."""
+    from tuner.playbook.phase_names import round_number
+
+    if not context.request.switches.extra_round:
+        return None
+    spec = loaded.spec
+    rounds = [s for s in context.state.stages if s.study == spec.name and (round_number(s.phase) or 0) >= 2]
+    if not rounds:
+        return None
+    latest = max(rounds, key=lambda s: round_number(s.phase) or 0)
+    if not latest.done:
+        return latest
+    number = round_number(latest.phase) or 0
+    raised = max(i for i, d in enumerate(context.state.decisions) if d.kind == "budget_raised")
+    key = f"{spec.name}/{latest.phase}"
+    if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions[raised:]):
+        return None
+    return _decide(context, loaded, number, _phase_report(context, loaded, latest.phase))
