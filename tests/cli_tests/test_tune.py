@@ -308,6 +308,7 @@ def test_a_finished_tune_given_a_larger_budget_goes_on_from_what_ran(tmp_path: P
         and raised[0]["numbers"]["steps"] == 400
     )
     assert "budget raised 200 -> 400 training steps" in more.stderr
+    assert "budget: 200 of 400 steps spent (50%), at most about " in more.stderr  # where it stands
     stages = [s["phase"] for s in payload["stages"]]
     assert stages[: len(phases)] == phases and len(stages) > len(phases)  # more rounds, none redone
     assert all(s["done"] for s in payload["stages"])
@@ -355,6 +356,9 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
     assert payload["plan"]["steps_ran"] <= 200
     assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
+    decided = [line for line in done.stderr.splitlines() if line.startswith("tune ")]
+    assert decided and all(len(line) <= 110 for line in decided if "spent" not in line), decided
+    assert all(len(d["short"]) < len(d["text"]) for d in payload["decisions"] if d["short"])  # reasons kept
     # the report of the study that delivers the model (the next one, its own storage) has the log
     report = invoke("report", applied["numbers"]["file"], "--json", "--output-dir", str(built.output_dir))
     assert report.exit_code == 0, report.output

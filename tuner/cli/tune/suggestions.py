@@ -84,7 +84,7 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     numbers = {"file": str(destination), "study": written.name, "changes": written.changes}
     if held:
         numbers["not_applied"] = [{"key": s.key, "why": why} for s, why in held]
-    short = f"round 1's report suggests changing {_changed(kept)}: applied in {written.name}, searched next"
+    short = f"round 1's report suggests new {_changed(kept)}: searching {written.name} next"
     context.decide(Decision("suggestions_applied", stage_key, text, numbers, short))
     return following
 
