@@ -137,8 +137,9 @@ class TuneContext:
         return len({slot_key(t)[0] for t in counted(stored.trials)}) if stored is not None else 0
 
     def budget_line(self) -> str:
-        """``budget: 2,760 of 8,000 steps spent (34%), about 1m 20s left at this pace``: where the
-        whole budget stands, said before each phase (the phases' own bars show only theirs)."""
+        """``budget: 2,760 of 8,000 steps spent (34%), at most about 1m 20s left at this pace``:
+        where the whole budget stands, said before each phase (the phases' own bars show only
+        theirs); the time is an upper bound, at the pace of every run so far."""
         from tuner._format import duration
 
         spent = sum(self.steps_of(stage) for stage in self.state.stages)
