@@ -10,8 +10,8 @@ space, with the same training engine, on 2 CPU workers of one thread each:
   cap). tune splits the budget itself (round 1's trials, a search on the report's suggestions,
   round 2's seeds, the round decided on round 2's report) and delivers the model by ``tuner
   report``'s rule: of the full-length rounds, the point with the best mean over its seeds (runs
-  at one length pooled across rounds), that point's best seed run at its best step. (Until
-  issue 19's ``tune``, the benchmark ran sweep-lr, ``run-round --round 1 --trials N`` with N worked
+  at one length pooled across rounds), that point's best seed run at its best step. (Before
+  ``tune`` existed, the benchmark ran sweep-lr, ``run-round --round 1 --trials N`` with N worked
   out by hand from the budget, and round 2: the README's first table was measured that way.)
 - ``tpe-last``: an Optuna TPE script, every trial at the template's ``max_train_steps`` (the
   user's guess, stated in each study file), Optuna told the last eval, ``budget // guess``

@@ -1,6 +1,6 @@
 """Where a worker's time goes: cProfile of one ``tuner worker``, its start-up and its claim-to-tell cycles.
 
-Issue 20 asks which calls a worker's start-up and each trial's claim-to-tell cycle cost. This runs
+Which calls a worker's start-up and each trial's claim-to-tell cycle cost. This runs
 ``tuner worker`` under ``python -m cProfile`` on round 1 of a study of :data:`TRIALS` trials of
 ``busy_workload.py`` (10 steps spinning 0.2 s, one eval, one checkpoint: what
 ``benchmarks.orchestration`` times), beside ``run-round``'s own worker (SQLite, as there), then

@@ -1,4 +1,4 @@
-"""``tuner tune STUDY --budget N``: the whole procedure within one budget (issue 19, section 2).
+"""``tuner tune STUDY --budget N``: the whole procedure within one budget.
 
 Real runs on the toy workload with budgets of a few hundred steps: round 1 of 10-step trials,
 round 2 at the full 40 steps.

@@ -1,6 +1,6 @@
 """``tuner tune``'s decisions: each automatic step turned off by its own flag, the shorter length
 it applies when round 1's best steps come early, its log line when sweep-lr saw validation best
-long before the fit, and a duration budget as a wall-clock limit (issue 19, sections 2 and 3)."""
+long before the fit, and a duration budget as a wall-clock limit."""
 
 from __future__ import annotations
 

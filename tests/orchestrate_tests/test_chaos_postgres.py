@@ -130,7 +130,7 @@ def _phase_under_fire(
         assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
         # no live trial was declared dead: nothing was marked killed (the workers never died)
         killed_live = [t for t in live if t.user_attrs.get("failure_reason") == "killed"]
-        if killed_live:  # seen in 1 of 5 full runs (session 22): keep what a diagnosis needs
+        if killed_live:  # seen in 1 of 5 full runs once: keep what a diagnosis needs
             for trial in killed_live:
                 print(
                     trial.number,

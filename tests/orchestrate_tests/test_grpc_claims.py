@@ -174,7 +174,7 @@ def test_run_round_workers_and_report_through_the_proxy(
 def test_eight_tuner_workers_run_200_trials_through_the_proxy_each_slot_counted_once(
     tmp_path: Path, output_dir: Path, proxy_url: str, postgres_url: str, unique_name: str
 ) -> None:
-    """Issue 20's fleet test with the real thing: ``run-round --workers 8`` (8 ``tuner worker``
+    """The fleet test with the real thing: ``run-round --workers 8`` (8 ``tuner worker``
     processes, each trial in a process of its own) through the proxy, 200 trials of 2 steps.
     Every slot is done and counted once; the duplicates that lost a race for a slot are left out
     by the one rule; every worker took part."""

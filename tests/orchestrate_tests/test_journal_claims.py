@@ -1,5 +1,5 @@
-"""The claim protocol on Optuna's ``JournalStorage`` (a journal file), the third kind of storage
-issue 20 names beside the databases and the gRPC proxy: no SQL, no lock, no heartbeat table, so
+"""The claim protocol on Optuna's ``JournalStorage`` (a journal file), the third kind of shared
+storage beside the databases and the gRPC proxy: no SQL, no lock, no heartbeat table, so
 claims run lock-free (``claim.py``) and trials beat through an attribute. What must hold there
 as it does elsewhere: every slot claimed, run and counted exactly once.
 
