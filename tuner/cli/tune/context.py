@@ -136,19 +136,22 @@ class TuneContext:
         stored = load_stored_phase(storage, stage.study, stage.phase)
         return len({slot_key(t)[0] for t in counted(stored.trials)}) if stored is not None else 0
 
-    def budget_line(self) -> str:
+    def budget_line(self) -> str | None:
         """``budget: 2,760 of 8,000 steps spent (34%), at most about 1m 20s left at this pace``:
         where the whole budget stands, said before each phase (the phases' own bars show only
-        theirs); the time is an upper bound, at the pace of every run so far."""
+        theirs); the time is an upper bound, at the pace of every run so far. None before any
+        step was trained: nothing to say yet."""
         from tuner._format import duration
 
         spent = sum(self.steps_of(stage) for stage in self.state.stages)
-        budget = max(1, self.budget_steps)
-        line = f"budget: {spent:,} of {self.budget_steps:,} steps spent ({spent / budget:.0%})"
-        if spent:
-            left = max(0, self.budget_steps - spent) * self.spent_s() / spent  # the pace so far
-            line += f", at most about {duration(left)} left at this pace"
-        return line
+        if not spent:
+            return None
+        left = max(0, self.budget_steps - spent) * self.spent_s() / spent  # the pace so far
+        share = spent / max(1, self.budget_steps)
+        return (
+            f"budget: {spent:,} of {self.budget_steps:,} steps spent ({share:.0%}), "
+            f"at most about {duration(left)} left at this pace"
+        )
 
     def committed(self) -> int:
         """Steps spent or promised: a finished stage's trained steps, else its share."""

@@ -40,13 +40,11 @@ def open_context(request: TuneRequest) -> TuneContext:
     context = TuneContext(request, loaded, url, TuneState(budget=request.budget))
     stored = load_state(context.storage_of(loaded, create=False), spec.name)
     if stored is not None:
-        raised = stored.budget is not None and not stored.budget.same_as(request.budget)
-        if raised:
+        if stored.budget is not None and not stored.budget.same_as(request.budget):
             _check_raise(spec.name, stored, request.budget)
+            context.raised_from = stored.budget
         context.state = stored
         context.spent_before = stored.spent_s
-        if raised:
-            context.raised_from = stored.budget
     return context
 
 
@@ -140,8 +138,8 @@ def run_stage(context: TuneContext, stage: Stage) -> None:
         context.say(f"{stage.key}: done in an earlier run, not run again")
         return
     request = context.request
-    if any(context.steps_of(s) for s in context.state.stages):  # nothing to say before the first
-        context.say(context.budget_line())
+    if (line := context.budget_line()) is not None:
+        context.say(line)
     limit = _time_limit(context, stage)
     trials = None
     if stage.phase == round_phase(1):  # what it decided, or the slots another command added since

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tuner.cli._console import plural
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import round_phase
 
@@ -224,7 +225,7 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     if shape.kind is ExtraKind.LONGER:
         short = (
             f"round {shape.number}: the chosen point trains longer, {as_ran.steps} -> {shape.steps} "
-            f"steps, on {shape.seeds} new seed{'s' if shape.seeds != 1 else ''}"
+            f"steps, on {plural(shape.seeds, 'new seed')}"
         )
         text = (
             f"round {shape.number}: {why_longer}: its chosen point trains longer, "
@@ -237,10 +238,10 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
         found = transfer_text(report)
         if found is not None and found[0] != "good":
             why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
-        points = f"{shape.top_k} point{'s' if shape.top_k != 1 else ''}"
+        points = plural(shape.top_k, "point")
         short = (
-            f"round {shape.number}: round {last}'s {points} again on {shape.seeds} new "
-            f"seed{'s' if shape.seeds != 1 else ''} each, at {shape.steps} steps"
+            f"round {shape.number}: round {last}'s {points} again on {plural(shape.seeds, 'new seed')} "
+            f"each, at {shape.steps} steps"
         )
         text = (
             f"round {shape.number}: round {last}'s {points} again on {shape.seeds} new seed"
