@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 
 from benchmarks import (
+    calibrate_ranges,
     checkpoint_cost,
     cli_startup,
     fleet,
@@ -35,6 +36,7 @@ BENCHMARKS = (
     worker_profile,  # where a worker's time goes (cProfile): no targets
     fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
     report,
+    calibrate_ranges,  # ~80 s: how often the range verdict moves a range wrongly
     procedure,
     ghost_batch_norm,
     multi_process,

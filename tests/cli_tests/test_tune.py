@@ -320,19 +320,19 @@ def test_a_finished_tune_given_a_larger_budget_goes_on_from_what_ran(tmp_path: P
 
 
 def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: Path) -> None:
-    """Round 1 (built, not trained: 8 trials whose error falls as the LR rises to the top of
+    """Round 1 (built, not trained: 12 trials whose error falls as the LR rises to the top of
     [0.01, 1]) done in an earlier run; tune applies the report's range move to a next study,
     searches it with a round 1 of its own, and delivers round 2 of that study."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
 
-    built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
+    built = study(tmp_path, round1={"steps": 10, "trials": 12}, round2={"top_k": 1})
     phase = built.start("round-1")
-    positions = [0.04, 0.16, 0.29, 0.41, 0.53, 0.66, 0.78, 0.92]
-    for slot, (u, rank) in enumerate(zip(positions, [8, 7, 6, 5, 4, 3, 2, 1], strict=True)):
-        add_trial(phase, slot, 0.1 * rank, {"optimizer.lr": 0.01 * 100**u}, best_step=10)
-    first = Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10)
-    done = tune_after(built, first, 200)
+    positions = [0.04, 0.12, 0.20, 0.29, 0.37, 0.45, 0.53, 0.62, 0.70, 0.78, 0.86, 0.95]
+    for slot, u in enumerate(positions):
+        add_trial(phase, slot, 0.1 * (12 - slot), {"optimizer.lr": 0.01 * 100**u}, best_step=10)
+    first = Stage("toy", "round-1", str(built.path), [], 12, 120, done=True, steps_per_trial=10)
+    done = tune_after(built, first, 240)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
@@ -348,13 +348,13 @@ def test_a_range_at_an_edge_after_round_1_is_moved_and_searched_again(tmp_path: 
         "toy-2/round-1",
         "toy-2/round-2",
     ]
-    assert payload["stages"][1]["trials"] == 4  # (200 - 80 - round 2's 2 seeds x 40) / 10 steps
+    assert payload["stages"][1]["trials"] == 4  # (240 - 120 - round 2's 2 seeds x 40) / 10 steps
     assert payload["delivered_model"]["seeds"]["seeds"] == 2  # half the budget holds 2 seeds
     # tune's rounds.round2.seeds=2 changes nothing `tuner train` trains: not in the command
     assert "rounds." not in payload["delivered_model"]["reproduce"]
     assert payload["delivered_model"]["phase"] == "round-2"
     assert "/toy-2/round-2/" in payload["delivered_model"]["checkpoint"]
-    assert payload["plan"]["steps_ran"] <= 200
+    assert payload["plan"]["steps_ran"] <= 240
     assert "round 1's report suggests" in done.stderr  # the decision log on the terminal too
     decided = [line for line in done.stderr.splitlines() if line.startswith("tune ")]
     assert decided and all(len(line) <= 110 for line in decided if "spent" not in line), decided

@@ -15,9 +15,12 @@ from tuner.report.yaml_edit import YamlText
 
 
 def test_a_moved_range_still_holds_every_top_trial_after_rounding(tmp_path: Path) -> None:
+    # the top half of the range (LR >= 0.505) improves steadily toward the top: a move; the third
+    # best trial lies just below that half, where rounding the new low end must not cut it off
     built = study(tmp_path, search_space={LR: {"type": "float", "low": 0.01, "high": 1.0}})
     phase = built.start("round-1")
-    for slot, (lr, value) in enumerate([(0.99, 0.1), (0.95, 0.11), (0.49987, 0.12), (0.2, 0.5), (0.1, 0.6)]):
+    rows = [(0.99, 0.1), (0.95, 0.11), (0.49987, 0.12), (0.8, 0.13), (0.7, 0.14), (0.6, 0.15), (0.1, 0.6)]
+    for slot, (lr, value) in enumerate(rows):
         add_trial(phase, slot, value, {LR: lr}, best_step=20)
     boundaries = report_of(built).phases[0].boundaries
     assert boundaries is not None
@@ -35,7 +38,7 @@ def test_a_field_with_a_limit_near_the_edge_is_extended_up_to_it(tmp_path: Path)
     )
     phase = built.start("round-1")
     for slot, (momentum, value) in enumerate(
-        [(0.99, 0.1), (0.98, 0.11), (0.97, 0.12), (0.6, 0.5), (0.7, 0.6)]
+        [(0.99, 0.1), (0.98, 0.11), (0.97, 0.12), (0.9, 0.2), (0.8, 0.3), (0.6, 0.5), (0.7, 0.6)]
     ):
         add_trial(phase, slot, value, {key: momentum}, best_step=20)
     boundaries = report_of(built).phases[0].boundaries
@@ -48,7 +51,8 @@ def test_an_integer_range_keeps_its_step_grid(tmp_path: Path) -> None:
     key = "batch_size"
     built = study(tmp_path, search_space={key: {"type": "int", "low": 16, "high": 256, "step": 16}})
     phase = built.start("round-1")
-    for slot, (size, value) in enumerate([(256, 0.1), (240, 0.11), (224, 0.12), (32, 0.5), (64, 0.6)]):
+    rows = [(256, 0.1), (240, 0.11), (224, 0.12), (192, 0.2), (160, 0.3), (32, 0.5), (64, 0.6)]
+    for slot, (size, value) in enumerate(rows):
         add_trial(phase, slot, value, {key: size}, best_step=20)
     boundaries = report_of(built).phases[0].boundaries
     assert boundaries is not None

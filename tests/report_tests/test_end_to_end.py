@@ -60,8 +60,8 @@ def _verdicts(part: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def rising(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """6 quasi-random LRs in [0.001, 0.3] (log), 120 steps, evals at 100 and 120 only: the loss
-    falls as the LR rises, and only the best trial lands in the outer 20% of the range."""
+    """10 quasi-random LRs in [0.001, 0.3] (log), 120 steps, evals at 100 and 120 only: the loss
+    falls as the LR rises, still within the top half of the range (what moves a range)."""
     folder = tmp_path_factory.mktemp("rising")
     path = _study(
         folder,
@@ -70,7 +70,7 @@ def rising(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         max_train_steps=120,
         eval_every=100,
         log_every=100,
-        round1={"trials": 6, "steps": 120, "sampler": "quasi-random"},
+        round1={"trials": 10, "steps": 120, "sampler": "quasi-random"},
     )
     return path, _round_and_report(path)
 
@@ -82,10 +82,10 @@ def test_a_real_round_whose_loss_falls_with_the_lr_moves_the_range_up(
     phase = report["phases"][0]
     assert _verdicts(phase["learning"])["learned"]["level"] == "ok"  # num_classes from status.json
     edge = _verdicts(phase["boundaries"])["range_edge"]
-    assert (edge["edge"], edge["basis"], edge["certainty"], edge["trials"]) == ("high", "trend", "clear", 6)
-    assert edge["spearman"] < -0.8
+    assert (edge["edge"], edge["trials"]) == ("high", 5)  # the trials in the top half of the range
+    assert edge["spearman"] < -0.8 and edge["p_value"] <= 0.025
     keys = {s["key"]: s["new"] for s in report["suggestions"]}
-    assert keys["search_space.optimizer.lr.high"] > 0.3
+    assert keys["search_space.optimizer.lr.high"] == 3.0  # one decade up (SGD: no ceiling but divergence)
     written = tuner("report", str(path), "--output-dir", "runs", "--write-next", "next.yaml", cwd=path.parent)
     assert written.returncode == 0, written.stderr
     assert (

@@ -32,11 +32,11 @@ def _round(tmp_path: Path, errors: list[float], status: dict[str, object] | None
 
 
 def _falling(best: float) -> list[float]:
-    return [round(best + 0.06 - 0.0075 * i, 4) for i in range(len(POSITIONS) - 1)] + [best]
+    return [round(best + 0.06 - 0.005 * i, 4) for i in range(len(POSITIONS) - 1)] + [best]
 
 
 def test_every_trial_at_chance_level_says_nothing_learned_and_moves_no_range(tmp_path: Path) -> None:
-    errors = [0.94, 0.93, 0.93, 0.92, 0.91, 0.90, 0.89, 0.88]
+    errors = [0.94, 0.94, 0.93, 0.93, 0.93, 0.92, 0.92, 0.91, 0.90, 0.90, 0.89, 0.88]
     report = report_of(_round(tmp_path, errors, {"num_classes": 10}))
     phase = report.phases[0]
     assert phase.learning is not None
@@ -79,7 +79,9 @@ def test_the_chance_level_of_imbalanced_classes_is_the_majority_guess(tmp_path: 
 
 
 def test_without_a_recorded_class_count_the_ranges_are_judged_as_before(tmp_path: Path) -> None:
-    report = report_of(_round(tmp_path, [0.94, 0.93, 0.93, 0.92, 0.91, 0.90, 0.89, 0.88], None))
+    report = report_of(
+        _round(tmp_path, [0.95, 0.945, 0.94, 0.935, 0.93, 0.925, 0.92, 0.91, 0.90, 0.89, 0.885, 0.88], None)
+    )
     assert report.phases[0].learning is None
     assert report.phases[0].boundaries is not None
     assert "range_edge" in kinds(report.phases[0].boundaries.findings)

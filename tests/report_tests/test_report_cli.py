@@ -166,4 +166,5 @@ def test_a_study_in_postgresql_is_reported_from_any_machine(
     assert shown.exit_code == 0, shown.output
     (phase,) = json.loads(shown.stdout)["phases"]
     assert phase["counts"]["complete"] == 5 and phase["best_trial"]["params"] == {LR: 0.9}
-    assert [v["kind"] for v in phase["boundaries"]["verdicts"]] == ["range_edge"]
+    # 3 trials in the top half of the range: too few to move it
+    assert [v["kind"] for v in phase["boundaries"]["verdicts"]] == ["range_edge_unsure"]

@@ -4,20 +4,24 @@ The playbook (section "Identifying bad search space boundaries"): when the best 
 hyperparameter lie near the edge of its range, the optimum may be beyond it; move the range.
 Unless that edge is where training diverges: then it is a frontier to stay behind.
 
-Rules (stated in every verdict):
+Rules (stated in every verdict), each chosen by ``benchmarks/calibrate_ranges.py`` (synthetic
+rounds whose optimum is known, hundreds of repetitions: the table is in ``docs/verdicts.md``):
 - the best trials are the top ``k = max(3, 10% of completed)``;
-- position: a numeric range's edge zone is its outer ``EDGE_ZONE`` (20%), measured in log space
-  for ``log: true``; a range is at an edge when the best trial and at least half of the top k lie
-  in that edge's zone;
-- trend (``range_trend``): with few trials that zone holds one or two points, so a range is also
-  at an edge when the rank correlation of the objective with the parameter over every completed
-  trial points to it (clear p <= 0.05, likely p <= 0.2) and the best trial lies in the outer third
-  on that side; a hint of a trend toward the best trial's edge (p <= 0.5) is "cannot tell: run
-  more trials", neither a move nor an OK; above that there is no trend, and the range is fine;
+- a range moves only when the objective still improves toward an edge within the half of the
+  range next to it: the Spearman rank correlation over the completed trials there (log axis for
+  ``log: true``), one-sided p <= ``EDGE_P``, and the best trial in the outer third on that side.
+  Neither the position (the best trials in the outer ``EDGE_ZONE``, 20%) nor the trend over the
+  whole range moves a range by itself: on noise, or an optimum inside the range at 72% of it with
+  the lower values bad, each moved it in 20% to 80% of the repetitions;
+- either of those alone (the best trial and half of the top k in the outer 20%; or the whole
+  trend toward the best trial's edge with p <= 0.5) is "cannot tell: run more trials", neither a
+  move nor an OK; with neither, the range is fine;
 - a divergence frontier: among the finished trials beyond the top k toward that edge, at least
   one and at least half diverged;
-- the suggested range moves by half its width toward the edge (log space for log ranges), keeping
-  every top trial inside, and stops at what the field accepts (a dropout is never negative);
+- the suggested range moves by half its width toward the edge, at most one decade for a log range
+  (``range_moves``), keeping every top trial inside and the best one outside the new range's outer
+  fifth, and stops at what the field accepts (a dropout is never negative) and below what the
+  optimizer trains at (a learning rate of 1 for Adam and AdamW);
 - categorical (``categorical_space``): a value never tried is named; a value tried by 3 completed
   trials, none in the top k, is suggested for dropping; all top trials sharing one value is noted.
 """
@@ -32,17 +36,28 @@ from tuner.report.categorical_space import MIN_TOP, TOP_RULE, TOP_SHARE, categor
 from tuner.report.findings import Finding, Level, Suggestion, fmt, of, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.range_moves import Edge, FitsCheck, moved_range, unit
-from tuner.report.range_trend import TREND_RULE, UNSURE_P, Certainty, Trend, best_near, rank_trend
+from tuner.report.range_trend import (
+    EDGE_RULE_TEXT,
+    UNSURE_P,
+    Certainty,
+    Trend,
+    best_near,
+    edge_trend,
+    rank_trend,
+)
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
 
 EDGE_ZONE = 0.2
+LR_KEY = "optimizer.lr"
+#: Adam's and AdamW's update moves every weight by about the LR each step: at 1 no network trains.
+ADAPTIVE_LR_CEILING = 1.0
 EDGE_RULE = (
     f"the best trial and at least half of {TOP_RULE} lie in the outer {EDGE_ZONE:.0%} of the range "
     "(log space for log ranges)"
 )
 FINE_RULE = (
-    f"at an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an edge with "
-    f"p <= {UNSURE_P:g} and the best trial in the outer third there)"
+    f"leaning toward an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an "
+    f"edge with p <= {UNSURE_P:g} and the best trial in the outer third there)"
 )
 
 
@@ -59,23 +74,21 @@ class AtEdge(Finding):
     best_value: float
     suggested_low: float | None
     suggested_high: float | None
-    basis: str = "position"  # "position" (the outer 20%) or "trend" (the rank correlation)
-    certainty: str | None = None  # a trend's: "clear" or "likely"
-    spearman: float | None = None  # of the objective with the position, over every completed trial
-    p_value: float | None = None
-    trials: int | None = None
+    spearman: float  # of the objective with the position, over the completed trials in the edge's half
+    p_value: float  # one-sided, toward the edge
+    trials: int  # completed trials in the edge's half of the range
 
 
 @dataclass(frozen=True)
 class EdgeUnsure(Finding):
-    """The best trial sits near an edge and the trend points there, too weakly to say: more trials."""
+    """The best trials lean toward an edge, too weakly to say the range should move: more trials."""
 
     kind: ClassVar[str] = "range_edge_unsure"
     param: str
     edge: Edge
-    spearman: float
-    p_value: float
-    trials: int
+    spearman: float | None  # over the trials in the edge's half of the range (None: fewer than 3 there)
+    p_value: float | None
+    trials: int | None
 
 
 @dataclass(frozen=True)
@@ -121,7 +134,7 @@ class BoundaryResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rule": f"{EDGE_RULE}; or {TREND_RULE}",
+            "rule": EDGE_RULE_TEXT,
             "top_k": self.top_k,
             "verdicts": [f.to_json() for f in self.findings],
         }
@@ -173,20 +186,20 @@ def _numeric(
         return
     units = [unit(v, low, high, log) for v in values]
     best_u = units[0]
-    trend = _trend(phase, key, low, high, log)
+    every = _positions(phase, key, low, high, log)
+    near: dict[Edge, Trend | None] = {}
     for edge in ("high", "low"):
-        in_zone = [u for u in units if (u >= 1 - EDGE_ZONE if edge == "high" else u <= EDGE_ZONE)]
-        best_in = best_u >= 1 - EDGE_ZONE if edge == "high" else best_u <= EDGE_ZONE
-        if best_in and len(in_zone) >= math.ceil(len(units) / 2):
-            _at_edge(phase, key, param, edge, values, units, result, fits, None)
-            return
-    if trend is not None and best_near(trend.better_toward, best_u):
-        if trend.certainty in (Certainty.CLEAR, Certainty.LIKELY):
-            _at_edge(phase, key, param, trend.better_toward, values, units, result, fits, trend)
-            return
-        if trend.certainty is Certainty.UNSURE:
-            result.findings.append(_unsure(phase, key, trend, best_u))
-            return
+        if best_near(edge, best_u):
+            near[edge] = edge_trend(every[0], every[1], phase.minimize, edge)
+            found = near[edge]
+            if found is not None and found.certainty is Certainty.CLEAR:
+                _at_edge(phase, key, param, edge, values, units, result, fits, found)
+                return
+    trend = rank_trend(every[0], every[1], phase.minimize)
+    hint = _hint(units, trend)
+    if hint is not None:
+        _at_edge(phase, key, param, hint, values, units, result, fits, near.get(hint), clear=False)
+        return
     shape = f"; {trend.words()}" if trend is not None else ""
     result.findings.append(
         RangeFine(
@@ -201,32 +214,68 @@ def _numeric(
     )
 
 
-def _trend(phase: PhaseData, key: str, low: float, high: float, log: bool) -> Trend | None:
-    """The objective's rank trend along ``key`` over every completed trial that has it."""
+def _hint(units: list[float], trend: Trend | None) -> Edge | None:
+    """The edge the best trials lean toward, by position (the best and half the top k in the outer
+    20%) or by the whole trend (p <= ``UNSURE_P``, the best in the outer third): reasons to look
+    again with more trials, never to move (measured: each alone moves ranges on noise)."""
+    for edge in ("high", "low"):
+        in_zone = [u for u in units if (u >= 1 - EDGE_ZONE if edge == "high" else u <= EDGE_ZONE)]
+        best_in = units[0] >= 1 - EDGE_ZONE if edge == "high" else units[0] <= EDGE_ZONE
+        if best_in and len(in_zone) >= math.ceil(len(units) / 2):
+            return edge
+    if (
+        trend is not None
+        and best_near(trend.better_toward, units[0])
+        and trend.certainty is not Certainty.NONE
+    ):
+        return trend.better_toward
+    return None
+
+
+def _positions(
+    phase: PhaseData, key: str, low: float, high: float, log: bool
+) -> tuple[list[float], list[float]]:
+    """Every completed trial's position along ``key`` (0..1) and its objective value."""
     points = [(unit(float(s.params[key]), low, high, log), float(s.value or 0.0)) for s in phase.completed
               if key in s.params]  # fmt: skip
-    return rank_trend([u for u, _ in points], [v for _, v in points], phase.minimize)
+    return [u for u, _ in points], [v for _, v in points]
 
 
-def _more_trials(phase: PhaseData, trend: Trend) -> str:
-    return f"e.g. {phase.round_key}.trials {2 * trend.trials}; {trend.trials} completed now"
+def _more_trials(phase: PhaseData, near: Trend | None) -> str:
+    completed = len(phase.completed)
+    return f"e.g. {phase.round_key}.trials {2 * completed}; {completed} completed now"
 
 
-def _unsure(phase: PhaseData, key: str, trend: Trend, best_u: float) -> EdgeUnsure:
-    word = "top" if trend.better_toward == "high" else "bottom"
+def _unsure(phase: PhaseData, key: str, edge: Edge, near: Trend | None, units: list[float]) -> EdgeUnsure:
+    word = "top" if edge == "high" else "bottom"
+    if near is None:
+        why = f"too few trials lie in the {word} half of the range to tell whether it still improves there"
+    else:
+        why = (
+            f"the trials in the {word} half of the range do not clearly improve toward it "
+            f"({near.words()}, one-sided)"
+        )
     return EdgeUnsure(
         param=key,
-        edge=trend.better_toward,
-        spearman=trend.spearman,
-        p_value=trend.p_value,
-        trials=trend.trials,
+        edge=edge,
+        spearman=None if near is None else near.spearman,
+        p_value=None if near is None else near.p_value,
+        trials=None if near is None else near.trials,
         level=Level.INFO,
-        rule=TREND_RULE,
+        rule=EDGE_RULE_TEXT,
         text=f"{key}: cannot tell whether better values lie beyond the {word} of the range: the best "
-        f"trial sits at {pct(best_u)} of it and the objective improves toward it, but too weakly to "
-        f"say with this many trials ({trend.words()})",
-        advice=f"run more trials before moving the range ({_more_trials(phase, trend)})",
+        f"trial sits at {pct(units[0])} of it, but {why}",
+        advice=f"run more trials before moving the range ({_more_trials(phase, near)})",
     )
+
+
+def _ceiling(phase: PhaseData, key: str) -> float | None:
+    """Where a learning rate's range stops going up: ``ADAPTIVE_LR_CEILING`` for Adam and AdamW.
+    (Trials that diverged above the best ones are the frontier verdict's, which moves nothing.)"""
+    if key != LR_KEY or phase.plan is None:
+        return None
+    optimizer = phase.plan.config.get("training", {}).get("optimizer", {}).get("name", "adamw")
+    return ADAPTIVE_LR_CEILING if optimizer in ("adam", "adamw") else None
 
 
 def _at_edge(
@@ -239,19 +288,19 @@ def _at_edge(
     result: BoundaryResult,
     fits: FitsCheck,
     trend: Trend | None,
+    *,
+    clear: bool = True,
 ) -> None:
-    """At ``edge`` by position (``trend`` None) or by the trend: a frontier, a field limit, or a move."""
+    """Toward ``edge``: a frontier or a field limit (either on a hint), a move (only on a ``clear``
+    trend next to the edge), or "cannot tell"."""
     low, high, log = float(param.low), float(param.high), bool(param.log)
     word = "top" if edge == "high" else "bottom"
     extreme = max(values) if edge == "high" else min(values)
     in_zone = sum(1 for u in units if (u >= 1 - EDGE_ZONE if edge == "high" else u <= EDGE_ZONE))
-    numbers = f"best {fmt(values[0])}; {in_zone} of the top {len(values)} in the outer {EDGE_ZONE:.0%}"
-    rule = EDGE_RULE
+    numbers = f"best {fmt(values[0])} at {pct(units[0])} of the range"
     if trend is not None:
-        rule = TREND_RULE
-        numbers = (
-            f"best {fmt(values[0])} at {pct(units[0])} of the range; {trend.certainty} trend: {trend.words()}"
-        )
+        numbers += f"; in its {word} half {trend.words()}, one-sided"
+    rule = EDGE_RULE_TEXT
     beyond = [
         s
         for s in phase.with_state(SlotState.COMPLETE, SlotState.DIVERGED)
@@ -277,7 +326,7 @@ def _at_edge(
             )
         )
         return
-    new_low, new_high, limit = moved_range(key, param, edge, units, fits)
+    new_low, new_high, limit = moved_range(key, param, edge, units, fits, _ceiling(phase, key))
     if new_low is None or new_high is None:
         result.findings.append(
             AtFieldLimit(
@@ -293,13 +342,14 @@ def _at_edge(
             )
         )
         return
+    if not clear or trend is None:
+        result.findings.append(_unsure(phase, key, edge, trend, units))
+        return
     reason = f"the best trials sit at the {word} of the range ({numbers}; {phase.phase})"
     advice = (
         f"move the range {'up' if edge == 'high' else 'down'}: {key} "
         f"{fmt(low)} .. {fmt(high)} -> {fmt(new_low)} .. {fmt(new_high)}"
     )
-    if trend is not None and trend.certainty is Certainty.LIKELY:
-        advice += f" (likely, not sure: more trials would make it sure, {_more_trials(phase, trend)})"
     result.findings.append(
         AtEdge(
             param=key,
@@ -312,11 +362,9 @@ def _at_edge(
             best_value=values[0],
             suggested_low=new_low,
             suggested_high=new_high,
-            basis="position" if trend is None else "trend",
-            certainty=None if trend is None else str(trend.certainty),
-            spearman=None if trend is None else trend.spearman,
-            p_value=None if trend is None else trend.p_value,
-            trials=None if trend is None else trend.trials,
+            spearman=trend.spearman,
+            p_value=trend.p_value,
+            trials=trend.trials,
             level=Level.WARNING,
             rule=rule,
             text=f"{key}: the best trials sit at the {word} of the range {fmt(low)} .. {fmt(high)} "

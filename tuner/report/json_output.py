@@ -53,9 +53,9 @@ NaN or infinite become ``null``. Schema::
 Every verdict is ``{"kind", "level": "warning"|"ok"|"info", "text", "advice", "rule", ...its
 numbers}``; the kinds: ``nothing_learned``, ``learned``, ``not_judged_nothing_learned``;
 ``best_step_early``, ``best_step_worsens``, ``best_step_late``, ``best_step_ok``, ``best_step_too_few``,
-``best_step_coarse``, ``best_step_unresolved``; ``range_edge`` (``basis``: position, trend),
-``range_edge_unsure``, ``divergence_frontier``, ``range_edge_at_field_limit``, ``range_ok``,
-``ranges_too_few``, ``categorical_never_tried``,
+``best_step_coarse``, ``best_step_unresolved``; ``range_edge`` (``spearman``, ``p_value``,
+``trials``: the trend in the edge's half), ``range_edge_unsure``, ``divergence_frontier``,
+``range_edge_at_field_limit``, ``range_ok``, ``ranges_too_few``, ``categorical_never_tried``,
 ``categorical_never_won``, ``categorical_one_value``; ``failure_rate``, ``divergence_region``,
 ``diverged_scattered``, ``progress`` (``trend``: improving, slowing, plateaued, too_few);
 ``rank_correlation`` (``quality``: good, weak, reversed, within_noise, too_few;

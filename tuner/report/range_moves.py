@@ -1,5 +1,11 @@
-"""Where a range at an edge moves: half its width toward the edge, as far as the field accepts,
-on values a person would write (3 significant digits, an integer range's ``step`` grid).
+"""Where a range at an edge moves: half its width toward the edge and at most one decade for a log
+range, as far as the field accepts and below a ceiling the caller knows (a learning rate that
+diverged), on values a person would write (3 significant digits, an integer range's ``step`` grid).
+
+Why at most a decade: half the width of a four-decade LR range is two decades, and a move from
+1e-5 .. 1e-1 to 1e-3 .. 10 had the next search spend a fifth of its budget at learning rates no
+optimizer trains at. The evidence that a range should move is about the values next to its edge,
+so the new range reaches one decade past it, then looks again.
 
 Split from ``boundaries`` (which decides *whether* a range is at an edge): this decides *where* it
 goes, and knows nothing about why.
@@ -12,6 +18,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 SHIFT = 0.5  # of the range's width (in log space for log ranges)
+MAX_LOG_SHIFT = math.log(10.0)  # a log range's end moves one decade at most
+BEST_MARGIN = 0.2  # the best trial lies at least this share of the new range from its far end
 MIN_MOVE = 0.01  # of the width: a field limit closer than this to the edge leaves nothing to move into
 
 Edge = Literal["low", "high"]
@@ -31,11 +39,20 @@ def from_unit(u: float, low: float, high: float, log: bool) -> float:
     return low + u * (high - low)
 
 
+def shift_of(param: Any) -> float:
+    """How far the moved end goes, as a share of the range's width: ``SHIFT``, at most a decade."""
+    if param.log:
+        return min(SHIFT, MAX_LOG_SHIFT / (math.log(float(param.high)) - math.log(float(param.low))))
+    return SHIFT
+
+
 def moved_range(
-    key: str, param: Any, edge: Edge, units: list[float], fits: FitsCheck
+    key: str, param: Any, edge: Edge, units: list[float], fits: FitsCheck, ceiling: float | None = None
 ) -> tuple[float | None, float | None, float]:
-    """The range moved by ``SHIFT`` of its width toward ``edge``, or as far as the field accepts
-    (``None`` ends when that is nowhere), never leaving a top trial outside; and the edge itself.
+    """The range moved by ``shift_of`` its width toward ``edge``, or as far as the field accepts
+    and stays below ``ceiling`` (toward the high edge; ``None`` ends when that is nowhere), never
+    leaving a top trial (``units``, the best first) outside and the best at least ``BEST_MARGIN``
+    of the new range from its far end; and the edge itself.
 
     Both ends are rounded the same way (down when moving up, up when moving down): the far end
     away from the top trials, so it still holds them, and the moved end back toward the edge, so it
@@ -45,13 +62,23 @@ def moved_range(
     low, high, log = float(param.low), float(param.high), bool(param.log)
     edge_value = high if edge == "high" else low
     moved = _reachable(key, param, edge, fits)
+    if moved is not None and ceiling is not None and edge == "high" and moved >= ceiling:
+        below = _significant(ceiling * (1 - 1e-9), up=False)
+        moved = below if below > high else None
     if moved is None:
         return None, None, edge_value
-    shift = unit(moved, low, high, log) - 1 if edge == "high" else -unit(moved, low, high, log)
+    moved_u = unit(moved, low, high, log)
+    best = units[0]
     if edge == "high":
-        new_low, new_high = from_unit(min(shift, min(units)), low, high, log), moved
+        shift = moved_u - 1
+        far = min(shift, min(units), (best - BEST_MARGIN * moved_u) / (1 - BEST_MARGIN))
+        new_low, new_high = from_unit(far, low, high, log), moved
     else:
-        new_low, new_high = moved, from_unit(max(1 - shift, max(units)), low, high, log)
+        shift = -moved_u
+        far = max(1 - shift, max(units), (best - BEST_MARGIN * moved_u) / (1 - BEST_MARGIN))
+        new_low, new_high = moved, from_unit(far, low, high, log)
+    if not log and low >= 0:  # a linear range of non-negative values never crosses 0
+        new_low = max(new_low, 0.0)
     up = edge == "low"
     if param.type == "int":
         new_low, new_high = _on_grid(new_low, param, up=up), _on_grid(new_high, param, up=up)
@@ -80,7 +107,8 @@ def _reachable(key: str, param: Any, edge: Edge, fits: FitsCheck) -> float | Non
             value = max(value, 1) if log else value
         return value
 
-    target_u = edge_u + (SHIFT if edge == "high" else -SHIFT)
+    shift = shift_of(param)
+    target_u = edge_u + (shift if edge == "high" else -shift)
     if value_at(target_u) == value_at(edge_u):
         return None
     if fits(key, value_at(target_u)):

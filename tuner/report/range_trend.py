@@ -9,10 +9,19 @@ how sure that is with this many trials.
 
 The p-value is exact below ``EXACT_BELOW`` trials (every ordering of the ranks, a permutation
 test): the usual t approximation gives p = 0 for any perfect order, even of 3 trials.
+
+The whole trend alone does not move a range (``edge_trend`` does): an optimum inside the range at
+72% of it, with the lower values bad, gives a clear whole-range trend toward the top, and moving
+the range up then trains where every value is worse (measured: ``benchmarks/calibrate_ranges.py``,
+80% false alarms on that case with 20 trials). What tells "better beyond the edge" from "best
+just inside it" is the half of the range next to the edge: beyond-edge optima keep improving
+there, inside optima turn back.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,9 +32,18 @@ from tuner.report.range_moves import Edge
 CLEAR_P = 0.05  # p <= 0.05: the trend is clear
 LIKELY_P = 0.20  # p <= 0.20: likely; more trials would make it sure
 UNSURE_P = 0.50  # p <= 0.50: a hint, too weak to act on: cannot tell (above: no trend at all)
+#: One-sided p at most this for the trend over the edge's half of the range: what moves a range
+#: (chosen by ``benchmarks/calibrate_ranges.py``: at most 5% false alarms on every case there).
+EDGE_P = 0.025
+EDGE_HALF = 0.5  # the trials within this share of the range from the edge
 TREND_ZONE = 1 / 3  # the best trial must lie in the outer third on the side the trend points to
 EXACT_BELOW = 10
 RESAMPLES = 50_000  # >= 9!: every ordering below EXACT_BELOW trials
+EDGE_RULE_TEXT = (
+    f"the objective still improves toward the edge within the half of the range next to it (Spearman "
+    f"rank correlation over the completed trials there, one-sided p <= {EDGE_P:g}; log axis for log "
+    f"ranges) and the best trial lies in the outer third of the range there"
+)
 TREND_RULE = (
     f"the objective's Spearman rank correlation with the parameter (log axis for log ranges) over "
     f"every completed trial points to an edge (p <= {CLEAR_P:g} clear, p <= {LIKELY_P:g} likely, "
@@ -63,13 +81,76 @@ def rank_trend(units: list[float], values: list[float], minimize: bool) -> Trend
     if not math.isfinite(rho):
         return None
     if len(units) < EXACT_BELOW:
-        from scipy import stats
-
-        exact = stats.PermutationMethod(n_resamples=RESAMPLES, rng=0)
-        p_value = float(stats.pearsonr(stats.rankdata(units), stats.rankdata(values), method=exact).pvalue)
+        p_value = exact_p(units, values)
     rising_is_better = (rho < 0) if minimize else (rho > 0)
     side: Edge = "high" if rising_is_better else "low"
     return Trend(rho, p_value, len(units), side, _certainty(p_value))
+
+
+def edge_trend(units: list[float], values: list[float], minimize: bool, edge: Edge) -> Trend | None:
+    """The trend over the trials in the half of the range next to ``edge``, its p-value one-sided
+    toward that edge (exact below ``EXACT_BELOW`` trials); None when fewer than 3 trials lie there
+    or either side is constant. ``certainty`` is ``CLEAR`` when p <= ``EDGE_P``, else ``UNSURE``."""
+    near = [
+        (u, v)
+        for u, v in zip(units, values, strict=True)
+        if (u >= 1 - EDGE_HALF if edge == "high" else u <= EDGE_HALF)
+    ]
+    xs, ys = [u for u, _ in near], [v for _, v in near]
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    rho, _ = spearman(xs, ys)
+    if not math.isfinite(rho):
+        return None
+    # toward the high edge a falling error (minimize) is rho < 0: "less"; a rising score "greater"
+    toward_high = "less" if minimize else "greater"
+    alternative = toward_high if edge == "high" else ("greater" if toward_high == "less" else "less")
+    p_value = _one_sided_p(xs, ys, rho, alternative)
+    certainty = Certainty.CLEAR if p_value <= EDGE_P else Certainty.UNSURE
+    return Trend(rho, p_value, len(xs), edge, certainty)
+
+
+def _one_sided_p(xs: list[float], ys: list[float], rho: float, alternative: str) -> float:
+    if len(xs) < EXACT_BELOW:
+        return exact_p(xs, ys, alternative)
+    _, two_sided = spearman(xs, ys)
+    against = (rho > 0) if alternative == "less" else (rho < 0)
+    return 1 - two_sided / 2 if against else two_sided / 2
+
+
+def exact_p(xs: list[float], ys: list[float], alternative: str = "two-sided") -> float:
+    """The permutation p-value of the rank correlation over every ordering of the ranks, as
+    ``scipy.stats.pearsonr(ranks, ranks, method=PermutationMethod())`` gives it (two-sided: twice
+    the smaller tail, at most 1). Without ties the orderings' statistics are whole numbers, counted
+    once for each ``n`` (``_orderings``); with ties scipy computes it."""
+    import numpy as np
+
+    if len(set(xs)) < len(xs) or len(set(ys)) < len(ys):
+        from scipy import stats
+
+        method = stats.PermutationMethod(n_resamples=RESAMPLES, rng=0)
+        ranks = stats.rankdata(xs), stats.rankdata(ys)
+        return float(stats.pearsonr(*ranks, method=method, alternative=alternative).pvalue)
+    rank_x = np.argsort(np.argsort(xs))
+    rank_y = np.argsort(np.argsort(ys))
+    observed = int(np.dot(rank_x, rank_y))
+    null = _orderings(len(xs))
+    less = float(np.count_nonzero(null <= observed)) / len(null)
+    greater = float(np.count_nonzero(null >= observed)) / len(null)
+    if alternative == "less":
+        return less
+    if alternative == "greater":
+        return greater
+    return min(1.0, 2 * min(less, greater))
+
+
+@functools.cache
+def _orderings(n: int) -> Any:
+    """``sum(i * p[i])`` for every permutation ``p`` of ``0..n-1``: the rank statistic's null."""
+    import numpy as np
+
+    every = np.array(list(itertools.permutations(range(n))), dtype=np.int64)
+    return every @ np.arange(n, dtype=np.int64)
 
 
 def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
