@@ -46,6 +46,7 @@ from tuner.report.range_trend import (
     rank_trend,
 )
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
+from tuner.report.unlearned_lr import loss_toward_edge
 
 EDGE_ZONE = 0.2
 LR_KEY = "optimizer.lr"
@@ -149,14 +150,21 @@ def top_k_size(completed: int) -> int:
 
 
 def diagnose_boundaries(phase: PhaseData, fits: FitsCheck, judge: bool = True) -> BoundaryResult:
-    """Edges of every searched range, for a phase whose points came from a search (none when not
-    ``judge``: the trials learned nothing, and a range moved on noise points nowhere)."""
+    """Edges of every searched range, for a phase whose points came from a search (when not
+    ``judge``, the trials learned nothing and their ranking is noise: only the training loss can
+    still move the LR range, ``unlearned_lr``)."""
     assert phase.plan is not None
     ranked = phase.completed
     k = top_k_size(len(ranked))
     result = BoundaryResult(k)
     if not judge:
         result.findings.append(NOT_JUDGED)
+        lr = phase.plan.search_space().get(LR_KEY)
+        if lr is not None and lr.type != "categorical":
+            move = loss_toward_edge(phase, LR_KEY, lr, fits, _ceiling(phase, LR_KEY))
+            if move is not None:
+                result.findings.append(move.finding)
+                result.suggestions += move.suggestions
         return result
     if len(ranked) < MIN_TOP:
         result.findings.append(

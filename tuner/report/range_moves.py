@@ -1,6 +1,6 @@
 """Where a range at an edge moves: half its width toward the edge and at most one decade for a log
-range, as far as the field accepts and below a ceiling the caller knows (a learning rate that
-diverged), on values a person would write (3 significant digits, an integer range's ``step`` grid).
+range, as far as the field accepts and below a ceiling the caller knows (a learning rate of 1
+for Adam), on values a person would write (3 significant digits, an integer range's ``step`` grid).
 
 Why at most a decade: half the width of a four-decade LR range is two decades, and a move from
 1e-5 .. 1e-1 to 1e-3 .. 10 had the next search spend a fifth of its budget at learning rates no

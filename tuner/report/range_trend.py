@@ -87,14 +87,17 @@ def rank_trend(units: list[float], values: list[float], minimize: bool) -> Trend
     return Trend(rho, p_value, len(units), side, _certainty(p_value))
 
 
-def edge_trend(units: list[float], values: list[float], minimize: bool, edge: Edge) -> Trend | None:
-    """The trend over the trials in the half of the range next to ``edge``, its p-value one-sided
-    toward that edge (exact below ``EXACT_BELOW`` trials); None when fewer than 3 trials lie there
-    or either side is constant. ``certainty`` is ``CLEAR`` when p <= ``EDGE_P``, else ``UNSURE``."""
+def edge_trend(
+    units: list[float], values: list[float], minimize: bool, edge: Edge, within: float = EDGE_HALF
+) -> Trend | None:
+    """The trend over the trials in the share ``within`` of the range next to ``edge`` (its half;
+    1.0 for all of it), its p-value one-sided toward that edge (exact below ``EXACT_BELOW``
+    trials); None when fewer than 3 trials lie there or either side is constant. ``certainty`` is
+    ``CLEAR`` when p <= ``EDGE_P``, else ``UNSURE``."""
     near = [
         (u, v)
         for u, v in zip(units, values, strict=True)
-        if (u >= 1 - EDGE_HALF if edge == "high" else u <= EDGE_HALF)
+        if (u >= 1 - within if edge == "high" else u <= within)
     ]
     xs, ys = [u for u, _ in near], [v for _, v in near]
     if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
