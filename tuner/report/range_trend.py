@@ -21,7 +21,6 @@ there, inside optima turn back.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -125,7 +124,7 @@ def exact_p(xs: list[float], ys: list[float], alternative: str = "two-sided") ->
     """The permutation p-value of the rank correlation over every ordering of the ranks, as
     ``scipy.stats.pearsonr(ranks, ranks, method=PermutationMethod())`` gives it (two-sided: twice
     the smaller tail, at most 1). Without ties the orderings' statistics are whole numbers, counted
-    once for each ``n`` (``_orderings``); with ties scipy computes it."""
+    once for each ``n`` (``_null_counts``); with ties scipy computes it."""
     import numpy as np
 
     if len(set(xs)) < len(xs) or len(set(ys)) < len(ys):
@@ -137,9 +136,10 @@ def exact_p(xs: list[float], ys: list[float], alternative: str = "two-sided") ->
     rank_x = np.argsort(np.argsort(xs))
     rank_y = np.argsort(np.argsort(ys))
     observed = int(np.dot(rank_x, rank_y))
-    null = _orderings(len(xs))
-    less = float(np.count_nonzero(null <= observed)) / len(null)
-    greater = float(np.count_nonzero(null >= observed)) / len(null)
+    counts = _null_counts(len(xs))
+    total = float(counts.sum())
+    less = float(counts[: observed + 1].sum()) / total
+    greater = float(counts[observed:].sum()) / total
     if alternative == "less":
         return less
     if alternative == "greater":
@@ -148,12 +148,25 @@ def exact_p(xs: list[float], ys: list[float], alternative: str = "two-sided") ->
 
 
 @functools.cache
-def _orderings(n: int) -> Any:
-    """``sum(i * p[i])`` for every permutation ``p`` of ``0..n-1``: the rank statistic's null."""
+def _null_counts(n: int) -> Any:
+    """How many permutations ``p`` of ``0..n-1`` give each ``sum(i * p[i])``: the rank statistic's
+    null, counted by placing the values one position at a time over the subsets already used (2^n
+    subsets; listing all n! orderings took 1.8 s at n = 9, this takes milliseconds)."""
     import numpy as np
 
-    every = np.array(list(itertools.permutations(range(n))), dtype=np.int64)
-    return every @ np.arange(n, dtype=np.int64)
+    top = sum(i * i for i in range(n))
+    counts = np.zeros((1 << n, top + 1), dtype=np.int64)
+    counts[0, 0] = 1
+    for mask in range(1 << n):
+        position = mask.bit_count()
+        if position == n or not counts[mask].any():
+            continue
+        for value in range(n):
+            if mask & (1 << value):
+                continue
+            add = position * value
+            counts[mask | (1 << value), add:] += counts[mask, : top + 1 - add]
+    return counts[(1 << n) - 1]
 
 
 def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
