@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tuner.report.categorical_space import MIN_TOP, TOP_RULE, TOP_SHARE, categorical
+from tuner.report.categorical_space import MIN_TOP, TOP_SHARE, categorical
 from tuner.report.findings import Finding, Level, Suggestion, fmt, of, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.range_moves import Edge, FitsCheck, moved_range, unit
@@ -52,10 +52,6 @@ EDGE_ZONE = 0.2
 LR_KEY = "optimizer.lr"
 #: Adam's and AdamW's update moves every weight by about the LR each step: at 1 no network trains.
 ADAPTIVE_LR_CEILING = 1.0
-EDGE_RULE = (
-    f"the best trial and at least half of {TOP_RULE} lie in the outer {EDGE_ZONE:.0%} of the range "
-    "(log space for log ranges)"
-)
 FINE_RULE = (
     f"leaning toward an edge by neither position ({EDGE_ZONE:.0%} zone) nor trend (Spearman toward an "
     f"edge with p <= {UNSURE_P:g} and the best trial in the outer third there)"
