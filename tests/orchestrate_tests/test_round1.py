@@ -83,8 +83,13 @@ def test_a_workload_that_fails_before_its_first_step_stops_the_round_at_once_ret
     assert all(t.user_attrs["workload_broken"] for t in trials)
     again = run_tuner(*args, "--workers", "1")  # in case it was passing: one more try, no more
     assert again.returncode == 2
-    tried = [t for t in load_phase(sqlite_url(output_dir), "toy").trials if t.user_attrs.get("tried_again")]
+    # a retry is enqueued for each slot the first run failed (one or two); one worker runs one,
+    # it fails before its first step as before, and the phase stops: the other waits for a fix
+    again_trials = load_phase(sqlite_url(output_dir), "toy").trials
+    tried = [t for t in again_trials if t.user_attrs.get("tried_again") and t.state.name != "WAITING"]
     assert len(tried) == 1 and tried[0].user_attrs["retry_of"] in {t.number for t in trials}
+    waiting = [t for t in again_trials if t.state.name == "WAITING"]
+    assert len(waiting) == len(trials) - 1 and all(t.user_attrs["tried_again"] for t in waiting)
 
 
 def test_an_objective_the_workload_never_computes_stops_the_round_at_once(
