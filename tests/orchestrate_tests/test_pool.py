@@ -61,9 +61,28 @@ def test_without_workers_or_devices_a_cpu_machine_gets_one_worker_per_core_withi
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, on any machine
 
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))
     default = local_workers(workers=None, devices=None, max_parallel=None, budget=100)
     assert len(default) == cores and len({w.label for w in default}) == cores
     assert all(w.threads == 1 for w in default) or cores == 1
     assert len(local_workers(workers=None, devices=None, max_parallel=1, budget=100)) == 1
     assert len(local_workers(workers=None, devices=None, max_parallel=None, budget=1)) == 1
+
+
+def test_a_process_confined_to_one_core_gets_one_worker_of_one_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``taskset``, a Slurm job's or a container's cpuset: the cores it may use, not the machine's."""
+    import os
+
+    from tuner.orchestrate import local_workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        [alone] = local_workers(workers=None, devices=None, max_parallel=None, budget=100)
+        [given] = local_workers(workers=1, devices=None, max_parallel=None, budget=100)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert alone.threads == given.threads == 1 and given.env["OMP_NUM_THREADS"] == "1"

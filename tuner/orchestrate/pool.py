@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner._cores import usable_cores
 from tuner._lifetime import DIE_WITH_PARENT_ENV
 from tuner.errors import UsageError
 from tuner.orchestrate._process import SignalFlag
@@ -130,7 +131,7 @@ def local_workers(
             LocalWorker(_label("cuda" + "-".join(group)), {"CUDA_VISIBLE_DEVICES": ",".join(group)})
             for group in groups
         ]
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     slots = max(1, cores // per)
     count = workers if workers is not None else min(slots, max_parallel or slots, budget)
     threads = max(1, cores // count)

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from tuner._cores import usable_cores
 from tuner.errors import UsageError
 from tuner.spec import TrainingSpec
 from tuner.train.node_files import THREADS_ENV, NodeAttempt
@@ -68,7 +69,7 @@ def agent_commands(training: TrainingSpec, attempt: NodeAttempt) -> list[AgentCo
     kind = training.launcher
     if kind == "torchrun":
         endpoint = f"127.0.0.1:{free_port()}"
-        threads = max(1, (os.cpu_count() or 1) // (training.nodes * training.processes_per_trial))
+        threads = max(1, usable_cores() // (training.nodes * training.processes_per_trial))
         env = {THREADS_ENV: str(threads), "OMP_NUM_THREADS": str(threads)}
         return [
             AgentCommand(argv=torchrun_argv(training, attempt, endpoint), env=env)

@@ -3,9 +3,9 @@ already, its stored length), and the workers that would run them."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
+from tuner._cores import usable_cores
 from tuner.playbook.estimate.figures import PhaseLength, Workers
 from tuner.playbook.phase_names import SWEEP_PHASE
 from tuner.spec import RoundSpec, StudySpec
@@ -103,5 +103,5 @@ def plan_workers(
         [worker.label for worker in chosen],
         "cuda" if gpu else "cpu",
         None if gpu else chosen[0].threads,
-        os.cpu_count() or 1,
+        usable_cores(),
     )
