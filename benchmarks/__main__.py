@@ -40,7 +40,7 @@ BENCHMARKS = (
     procedure,
     ghost_batch_norm,
     multi_process,
-    outcome,  # last: about 75 minutes
+    outcome,  # last: about 60 minutes
 )
 
 

@@ -1,31 +1,74 @@
 """The outcome benchmark's contenders: each spends one budget of training steps on one study and
-says which checkpoint it delivers (see ``benchmarks.outcome`` for the rules).
+delivers one checkpoint, which is then scored on the test split (see ``benchmarks.outcome``).
+
+- ``tuner`` (and its ablations, ``tuner:<label>``): ``tuner tune --budget N``, the study's
+  ``max_train_steps`` removed so that sweep-lr finds the length, as the README tells a user.
+- the baselines, each at three trial lengths (``<baseline>@short|guess|long``: a third of the
+  workload's guessed length, the guess, 3x it), every trial of a run at that length:
+  ``tpe-last``, ``tpe-best``, ``random`` and ``tpe-hyperband`` (``benchmarks.outcome_search``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from benchmarks._common import REPO_ROOT, stopwatch
+from benchmarks.outcome_search import PlainSearch, run_search
 
-#: tuner's workers, and the plain script's processes (``--quick``: 1, fewer process starts)
-WORKERS = 2
-#: every process trains on one thread: two workers on two cores, no oversubscription
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-# tuner's workers import the workload file once instead of every trial importing it (scikit-learn:
-# about a CPU second each), as the README tells a user whose module only defines at import
-TUNER_ENV = {**ENV, "TUNER_PRELOAD_WORKLOAD": "1"}
+#: every process trains on one thread: two runs on two cores, no oversubscription
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TUNER_PRELOAD_WORKLOAD": "1"}
+BASELINES = {
+    "tpe-last": PlainSearch("tpe", "last"),
+    "tpe-best": PlainSearch("tpe", "best"),
+    "random": PlainSearch("random", "best"),
+    "tpe-hyperband": PlainSearch("tpe", "best", "hyperband"),
+}
+#: each baseline's trial length, as a multiple of the workload's guessed length
+LENGTHS = {"short": Fraction(1, 3), "guess": Fraction(1), "long": Fraction(3)}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way to spend the budget: tuner (with extra ``tune`` words), or a baseline at a length."""
+
+    name: str
+    baseline: str | None = None
+    length: str | None = None
+    tune_args: tuple[str, ...] = ()
+
+    @property
+    def is_tuner(self) -> bool:
+        return self.baseline is None
+
+
+def baseline_contenders() -> list[Contender]:
+    return [Contender(f"{b}@{n}", b, n) for n in LENGTHS for b in BASELINES]
+
+
+def tuner_contender(label: str = "", tune_args: tuple[str, ...] = ()) -> Contender:
+    """``tuner``, or the ablation ``tuner:<label>`` that passes ``tune_args`` to ``tune``."""
+    return Contender(f"tuner:{label}" if label else "tuner", tune_args=tune_args)
+
+
+def parse_contender(name: str) -> Contender:
+    """A contender by name (``tuner``, ``random@guess``); ValueError for an unknown one."""
+    if name == "tuner":
+        return tuner_contender()
+    for contender in baseline_contenders():
+        if contender.name == name:
+            return contender
+    known = ", ".join(["tuner", *(c.name for c in baseline_contenders())])
+    raise ValueError(f"unknown contender {name!r}; known: {known}")
 
 
 @dataclass(frozen=True)
@@ -36,23 +79,65 @@ class Delivered:
     run_dir: Path  # the run folder of that checkpoint (its config.yaml builds the model)
     steps: int  # training steps of every run it started, all phases
     trials: int
-    cpu_s: float
-    wall_s: float
     notes: str = ""
 
 
-def children_cpu_s() -> float:
-    """User + system seconds of every finished child process (and the ones they waited for)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def cpu_s() -> float:
+    """User + system seconds of this process and of its finished children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def better(direction: str) -> Callable[[float, float], bool]:
-    return (lambda a, b: a < b) if direction == "minimize" else (lambda a, b: a > b)
+def run_contender(
+    contender: Contender, document: dict[str, Any], guess: int, budget: int, folder: Path
+) -> tuple[Delivered, float, float]:
+    """Run one contender in ``folder``: what it delivered, its CPU and wall seconds."""
+    folder.mkdir(parents=True, exist_ok=False)
+    started_cpu, elapsed = cpu_s(), stopwatch()
+    if contender.is_tuner:
+        delivered = run_tuner(document, folder, budget, contender.tune_args)
+    else:
+        assert contender.baseline is not None and contender.length is not None
+        length = int(guess * LENGTHS[contender.length])
+        study = folder / "study.yaml"
+        study.write_text(yaml.safe_dump(document, sort_keys=False))
+        seed = int(document["seed"])
+        found = run_search(BASELINES[contender.baseline], study, folder / "runs", length, budget, seed)
+        notes = f"{found.trials} trials of {length} steps" + (
+            f", {found.pruned} pruned" if found.pruned else ""
+        )
+        delivered = Delivered(found.checkpoint, found.run_dir, found.steps, found.trials, notes)
+    return delivered, cpu_s() - started_cpu, elapsed()
 
 
-def best_checkpoint(run_dir: Path, best_step: int) -> Path:
-    return run_dir / "checkpoints" / f"best-step{best_step:08d}.pt"
+def run_tuner(document: dict[str, Any], folder: Path, budget: int, extra: tuple[str, ...] = ()) -> Delivered:
+    """``tuner tune --budget`` on one worker: the whole procedure in one command; the model it
+    delivers (``--json``'s ``delivered_model``: the one rule of ``tuner report``). Without
+    ``--no-sweep`` in ``extra`` the study's ``max_train_steps`` is removed: sweep-lr finds it."""
+    document = json.loads(json.dumps(document))
+    if "--no-sweep" not in extra:
+        document["training"].pop("max_train_steps")
+    study = folder / "study.yaml"
+    study.write_text(yaml.safe_dump(document, sort_keys=False))
+    output = folder / "runs"
+    command = [
+        sys.executable, "-m", "tuner", "tune", str(study), "--budget", str(budget),
+        "--output-dir", str(output), "--json", "--workers", "1", "--no-progress", *extra,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=ENV, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"tuner tune failed: {done.stderr.strip().splitlines()[-3:]}")
+    payload = json.loads(done.stdout)
+    model = payload["delivered_model"]
+    if model is None or not model["delivered"]:
+        raise RuntimeError(f"tuner tune delivered no model: {model and model['status']}")
+    folders = sorted(output.glob("*/*/trial-*"))
+    kinds = [d["kind"] for d in payload["decisions"]]
+    notes = f"{' '.join(extra)}; " if extra else ""
+    notes += f"delivered run of {model['max_train_steps']} steps; decisions: {', '.join(kinds)}"
+    return Delivered(
+        Path(model["checkpoint"]), Path(model["run_dir"]), status_steps(folders), len(folders), notes
+    )
 
 
 def status_steps(folders: list[Path]) -> int:
@@ -60,147 +145,23 @@ def status_steps(folders: list[Path]) -> int:
     return sum(int(json.loads((f / "status.json").read_text()).get("step") or 0) for f in folders)
 
 
-def _cli(*args: str, workers: int) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tuner", *args, "--workers", str(workers), "--no-progress"],
-        capture_output=True, text=True, cwd=REPO_ROOT, env=TUNER_ENV, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"tuner {args[0]} failed: {done.stderr.strip().splitlines()[-3:]}")
-    return done.stdout
+def delivered_metric(delivered: Delivered, split: str = "test") -> float:
+    """The delivered weights scored on the test split by the engine's Evaluator (``split="tune"``:
+    on the validation split, where it must give what training recorded)."""
+    from tuner.spec import load_study
+    from tuner.train import Evaluator, build_workload, load_checkpoint
+    from tuner.train.run_parts import cross_entropy_per_item
 
-
-def run_tuner(
-    document: dict[str, Any],
-    folder: Path,
-    budget: int,
-    workers: int = WORKERS,
-    *,
-    sweep: bool = True,
-    extra: tuple[str, ...] = (),
-) -> Delivered:
-    """``tuner tune --budget``: the whole procedure in one command (sweep-lr, round 1, the
-    report's suggestions, round 2), its budget split by tuner's own rule; the model it delivers
-    (``--json``'s ``delivered_model``: the one rule of ``tuner report``).
-
-    The study file leaves ``max_train_steps`` to sweep-lr; when no LR fits within the sweep's
-    share, tune trains the rounds at the sweep's cap (its decision log says so).
-    """
-    if sweep:
-        document["training"].pop("max_train_steps")
-    study = folder / "study.yaml"
-    study.write_text(yaml.safe_dump(document, sort_keys=False))
-    output = folder / "runs"
-    cpu, elapsed = children_cpu_s(), stopwatch()
-    payload = json.loads(
-        _cli(
-            "tune",
-            str(study),
-            "--budget",
-            str(budget),
-            "--output-dir",
-            str(output),
-            "--json",
-            *(() if sweep else ("--no-sweep",)),
-            *extra,
-            workers=workers,
-        )
+    loaded = load_study(delivered.run_dir / "config.yaml", [f"workload.split={split}"])
+    spec = loaded.spec
+    workload = build_workload(spec, loaded.base_dir, init_seed=0)
+    workload.model.load_state_dict(load_checkpoint(delivered.checkpoint)["model"])
+    evaluator = Evaluator(
+        {"test": workload.eval_data},
+        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        metrics=workload.metrics,
+        num_classes=workload.num_classes,
+        batch_size=spec.training.resolved_eval_batch_size,
     )
-    wall, cpu = elapsed(), children_cpu_s() - cpu
-    model = payload["delivered_model"]
-    if model is None or not model["delivered"]:
-        raise RuntimeError(f"tuner tune delivered no model: {model and model['status']}")
-    folders = sorted(output.glob("*/*/trial-*"))
-    decided = {d["kind"]: d for d in payload["decisions"]}
-    round1 = [s for s in payload["stages"] if s["phase"] == "round-1"]
-    notes = f"tune {' '.join(extra)}; " if extra else ""
-    # the delivered run's own length (a longer extra round's, say), not the study's max_train_steps
-    notes += f"delivered run of {model['max_train_steps']} steps"
-    if "max_train_steps_fallback" in decided:
-        early = "2 x that best step" in decided["max_train_steps_fallback"]["text"]
-        length = "2 x the sweep's early best step" if early else "the sweep's cap"
-        notes += f"; sweep-lr: nothing fit, the rounds train {length}"
-    notes += "; round 1 --trials " + " then ".join(str(s["trials"]) for s in round1)
-    return Delivered(
-        Path(model["checkpoint"]),
-        Path(model["run_dir"]),
-        status_steps(folders),
-        len(folders),
-        cpu,
-        wall,
-        notes,
-    )
-
-
-@dataclass(frozen=True)
-class PlainSearch:
-    """A plain Optuna script: its sampler and what it tells Optuna (``last`` or ``best`` eval)."""
-
-    sampler: str  # tpe | random
-    score: str  # last | best
-
-
-def run_plain(
-    search: PlainSearch,
-    document: dict[str, Any],
-    folder: Path,
-    budget: int,
-    seed: int,
-    workers: int = WORKERS,
-) -> Delivered:
-    """As many trials of the guessed length as the budget holds, ``workers`` processes sharing a study.
-
-    Delivers, by ``score``: the best trial by last eval and its final weights (``latest.pt``), or
-    the best trial by best eval and its best-step checkpoint.
-    """
-    import optuna
-
-    study = folder / "study.yaml"
-    study.write_text(yaml.safe_dump(document, sort_keys=False))
-    url = f"sqlite:///{folder / 'plain.db'}"
-    direction = document["objective"]["direction"]
-    optuna.create_study(study_name="plain", storage=url, direction=direction)
-    trials = max(1, budget // int(document["training"]["max_train_steps"]))
-    per_process = [trials // workers + (index < trials % workers) for index in range(workers)]
-    cpu, elapsed = children_cpu_s(), stopwatch()
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.outcome_search",
-                str(study),
-                url,
-                str(index),
-                str(count),
-                search.sampler,
-                str(seed),
-                search.score,
-                str(folder / "runs"),
-            ],
-            cwd=REPO_ROOT,
-            env=ENV,
-        )
-        for index, count in enumerate(per_process)
-        if count > 0
-    ]
-    codes = [process.wait() for process in processes]
-    wall, cpu = elapsed(), children_cpu_s() - cpu
-    if any(codes):
-        raise RuntimeError(f"plain {search.sampler} search failed (exit codes {codes})")
-    all_trials = optuna.load_study(study_name="plain", storage=url).trials
-    done = [t for t in all_trials if t.value is not None and math.isfinite(t.value)]
-    if not done:
-        raise RuntimeError(f"plain {search.sampler} search completed no trial")
-    best = done[0]
-    for trial in done[1:]:
-        if better(direction)(trial.value, best.value):
-            best = trial
-    run_dir = Path(best.user_attrs["run_dir"])
-    checkpoint = (
-        run_dir / "checkpoints" / "latest.pt"
-        if search.score == "last"
-        else best_checkpoint(run_dir, int(best.user_attrs["best_step"]))
-    )
-    folders = [Path(t.user_attrs["run_dir"]) for t in all_trials if "run_dir" in t.user_attrs]
-    return Delivered(checkpoint, run_dir, status_steps(folders), len(all_trials), cpu, wall)
+    metrics, _ = evaluator.run(workload.model)
+    return metrics["test/" + spec.objective.metric.split("/", 1)[1]]

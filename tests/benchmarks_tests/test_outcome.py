@@ -1,4 +1,5 @@
-"""The outcome benchmark: its workloads keep the test split apart, and --quick runs end to end."""
+"""The outcome benchmark: its data keep the test split apart, --quick runs every contender end to
+end, and its tables can say that tuner lost."""
 
 from __future__ import annotations
 
@@ -12,175 +13,236 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import outcome_data as data
 from benchmarks import outcome_workloads as workloads
-from benchmarks.outcome import CONTENDERS, delivered_metric
-from benchmarks.outcome_contenders import Delivered
+from benchmarks.outcome_contenders import Delivered, baseline_contenders, delivered_metric
+from benchmarks.outcome_runs import WORKLOADS, RunRecord, budget_of
+from benchmarks.outcome_stats import detectable
+from benchmarks.outcome_tables import table, targets
 from tuner.workloads import WorkloadContext
 
 REPO = Path(__file__).resolve().parents[2]
-NAMES = ("noisy_digits", "imbalanced", "char_lm", "longer_cnn")
+CONTENDERS = ["tuner", *(c.name for c in baseline_contenders())]
 
 
-def test_test_examples_are_never_in_train_or_validation() -> None:
-    train, val, test = workloads.split_indices(workloads.load_digits()[1])
-    assert not set(test) & (set(train) | set(val))
-    assert not set(train) & set(val)
-    assert len(train) + len(val) + len(test) == 1797
-    parts = workloads.imbalanced_splits()  # continuous features: equal rows would be the same example
-    test_rows = {row.tobytes() for row in parts.x_test}
-    assert not test_rows & {row.tobytes() for row in np.concatenate([parts.x_train, parts.x_val])}
-    ids, _ = workloads.corpus_ids()
-    train_ids, val_ids, test_ids = workloads.text_parts(ids)
-    assert len(train_ids) + len(val_ids) + len(test_ids) == len(ids)
-    assert bool((test_ids == ids[len(ids) - len(test_ids) :]).all())  # the tail, after validation
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated arrays in one folder for the whole session (MNIST-1D takes ~15 s to make)."""
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path_factory.getbasetemp() / "bench-data"))
 
 
-def test_label_noise_is_in_training_labels_only() -> None:
-    clean, noisy = workloads.digits_splits(), workloads.digits_splits(workloads.LABEL_NOISE)
-    assert (noisy.y_train != clean.y_train).mean() == pytest.approx(0.3, abs=0.001)
-    assert (noisy.y_val == clean.y_val).all() and (noisy.y_test == clean.y_test).all()
+def test_the_test_split_is_large_and_never_in_train_or_validation() -> None:
+    for parts in (data.teacher_splits(), data.imbalanced_splits()):
+        assert (len(parts.y_train), len(parts.y_val), len(parts.y_test)) == (4_000, 1_000, 100_000)
+        test_rows = {row.tobytes() for row in parts.x_test}  # continuous features: equal rows, one example
+        assert not test_rows & {row.tobytes() for row in np.concatenate([parts.x_train, parts.x_val])}
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_split_option_picks_the_evaluation_data_and_nothing_else(name: str) -> None:
+def test_the_teacher_labels_are_noisy_in_training_and_validation_and_clean_in_test() -> None:
+    parts = data.teacher_splits()
+    for x, y in ((parts.x_train, parts.y_train), (parts.x_val, parts.y_val)):
+        assert (y != data.teacher_labels(x)).mean() == pytest.approx(data.LABEL_NOISE, abs=0.03)
+    assert (parts.y_test == data.teacher_labels(parts.x_test)).all()
+    without_test = data.teacher_splits(with_test=False)  # what a trial builds: the same data, no test
+    assert (without_test.x_train == parts.x_train).all() and (without_test.y_val == parts.y_val).all()
+    assert len(without_test.y_test) == 0
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_split_option_picks_the_evaluation_data_and_the_seed_never_moves_the_data(name: str) -> None:
     build = getattr(workloads, name)
     tune, test = build(WorkloadContext(options={})), build(WorkloadContext(options={"split": "test"}))
     assert tune.train_data.tensors[0].equal(test.train_data.tensors[0])
-    assert not tune.eval_data.tensors[0].equal(test.eval_data.tensors[0])
-    other_seed = build(WorkloadContext(options={}, seed=5))  # the study seed never moves the data
+    assert (len(tune.eval_data), len(test.eval_data)) == (1_000, 100_000)
+    other_seed = build(WorkloadContext(options={}, seed=5))
     assert other_seed.eval_data.tensors[1].equal(tune.eval_data.tensors[1])
+    with pytest.raises(ValueError, match="split must be one of"):
+        build(WorkloadContext(options={"split": "validation"}))
 
 
-# One workload in the suite: every workload takes the same code path, and each costs about a CPU
-# minute here (tuner starts a process per trial); `python -m benchmarks.outcome --quick` runs all four.
-QUICK_WORKLOADS = ("noisy_digits",)
+def _benchmark(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.outcome", *args],
+        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=timeout,
+    )  # fmt: skip
 
 
 def test_quick_mode_runs_every_contender_on_a_workload(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.outcome", "--quick", "--workloads", ",".join(QUICK_WORKLOADS),
-         "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=900,
-    )  # fmt: skip
+    """tuner and each baseline at its three lengths, within the budget; results.json says which
+    commit and machine ran them; each delivered checkpoint scored on validation gives what its
+    training recorded (the same scoring on test is then the model's)."""
+    done = _benchmark("--quick", "--workloads", "teacher", "--output-dir", str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     written = json.loads((tmp_path / "results.json").read_text())
     assert set(written["machine"]) == {"host", "cpu", "cpu_flags", "torch"}
+    assert len(written["commit"]) >= 12
     runs = written["runs"]
-    expected = {(w, c) for w in QUICK_WORKLOADS for c in CONTENDERS}
-    assert {(r["workload"], r["contender"]) for r in runs} == expected
+    assert sorted(r["contender"] for r in runs) == sorted(CONTENDERS)
+    pruned = next(r for r in runs if r["contender"] == "tpe-hyperband@guess")
+    assert "pruned" in pruned["notes"], pruned
     for run in runs:
-        assert 0 < run["steps"] <= run["budget"], run
+        assert 0 < run["steps"] <= run["budget"] == budget_of("teacher", quick=True), run
         assert math.isfinite(run["test_metric"]), run
-        # the same scoring on the validation split gives what training recorded for that checkpoint
         checkpoint = Path(run["checkpoint"])
         status = json.loads((checkpoint.parents[1] / "status.json").read_text())
-        recorded = (
-            status["last_eval"][status["objective"]]
-            if run["contender"] == "tpe-last"
-            else status["best_value"]
-        )
-        delivered = Delivered(checkpoint, checkpoint.parents[1], 0, 0, 0.0, 0.0)
-        assert delivered_metric(delivered, split="tune") == pytest.approx(recorded, abs=1e-9), run
-    for name in QUICK_WORKLOADS:  # the markdown table has a row for every contender
-        table = done.stdout[done.stdout.index(f"**{name}**") :]
-        for contender in CONTENDERS:
-            assert f"| {contender} |" in table
+        last = run["contender"].startswith("tpe-last")
+        recorded = status["last_eval"][status["objective"]] if last else status["best_value"]
+        assert run["val_metric"] == pytest.approx(recorded, abs=1e-9), run
+        delivered = Delivered(checkpoint, checkpoint.parents[1], 0, 0)
+        assert delivered_metric(delivered, split="test") == pytest.approx(run["test_metric"], abs=1e-9)
+    table_text = done.stdout[done.stdout.index("**teacher**") :]
+    for contender in CONTENDERS:
+        assert f"| {contender} |" in table_text
+
+    # the same command again: every run is in results.json, nothing runs again
+    again = _benchmark("--quick", "--workloads", "teacher", "--output-dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "seed 1 tuner: test" not in again.stdout and "| tuner |" in again.stdout
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == runs
 
 
-def test_an_unknown_contender_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.outcome", "--quick", "--contenders", "tuner,grid",
-         "--output-dir", str(tmp_path / "out")],
-        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert "unknown contender(s) ['grid']; known: tuner, tpe-last" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+def test_an_output_folder_of_another_commit_is_not_continued(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps({"commit": "0123456789ab", "machine": {}, "runs": []}))
+    done = _benchmark("--quick", "--workloads", "teacher", "--output-dir", str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "was written by commit 0123456789ab on an unrecorded machine" in line
+    assert line.endswith("use another --output-dir")
 
 
-def _run(contender: str, seed: int, metric: float) -> dict[str, object]:
-    return {
-        "workload": "noisy_digits", "contender": contender, "seed": seed, "budget": 16000,
-        "test_metric": metric, "steps": 16000, "trials": 16, "cpu_s": 10.0, "wall_s": 5.0,
-        "checkpoint": "x.pt", "notes": "",
-    }  # fmt: skip
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ("--contenders", "tuner,grid@guess"),
+            "unknown contender 'grid@guess'; known: tuner, tpe-last@short",
+        ),
+        (("--workloads", "digits"), "unknown workload(s) ['digits']; known: teacher, imbalanced, mnist1d"),
+        (("--tune-args=--no-extra-round",), "--tune-args needs --label"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_runs(
+    tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    done = _benchmark("--quick", *args, "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _record(workload: str, contender: str, seed: int, metric: float) -> RunRecord:
+    return RunRecord(workload, contender, seed, 22_500, metric, metric, 22_500, 15, 10.0, 5.0, "x.pt", "")
+
+
+def _constructed(workload: str, tuner_offset: float, minimize: bool) -> list[RunRecord]:
+    """Ten seeds: every baseline at 0.20 + a seed effect (the same in every contender: pairing
+    removes it), random@guess better by 0.01, tuner at random@guess plus ``tuner_offset`` (in the
+    "better" direction when negative for a metric to minimise) plus a little noise."""
+    sign = 1.0 if minimize else -1.0
+    records = []
+    for seed in range(1, 11):
+        base = 0.20 + 0.02 * math.sin(seed)
+        for contender in CONTENDERS[1:]:
+            better = sign * -0.01 if contender == "random@guess" else 0.0
+            records.append(_record(workload, contender, seed, base + better))
+        jitter = 0.001 * (-1) ** seed
+        records.append(_record(workload, "tuner", seed, base + sign * -0.01 + tuner_offset + jitter))
+    return records
+
+
+@pytest.mark.parametrize("workload, minimize", [("teacher", True), ("imbalanced", False)])
+def test_the_tables_say_when_tuner_lost_for_a_minimised_and_a_maximised_metric(
+    workload: str, minimize: bool
+) -> None:
+    """A baseline ahead of tuner by 0.005 on every seed: the table prints the loss beyond the
+    noise, and the target fails; tuner ahead by as much: the verdict turns."""
+    worse = 0.005 if minimize else -0.005
+    lost = _constructed(workload, worse, minimize)
+    text = table(workload, lost)
+    assert "Best baseline at the guessed length: random@guess" in text
+    row = next(
+        line for line in text.splitlines() if line.startswith("| random@guess | ") and "behind" in line
+    )
+    assert f"| {worse:+.4f} [" in row and row.endswith("| 10 | tuner behind beyond the noise |")
+    found = {r.figure: r for r in targets(lost, [workload])}
+    assert found[f"{workload}: tuner - random@guess (best at the guess)"].passed is False
+    assert found["mean relative gain over the best at the guess"].passed is False
+    assert found["mean relative gain over the best at the guess"].value == pytest.approx(-2.5, abs=0.3)
+
+    won = _constructed(workload, -worse, minimize)
+    text = table(workload, won)
+    assert "| tuner ahead beyond the noise |" in text
+    found = {r.figure: r for r in targets(won, [workload])}
+    assert all(r.passed for r in found.values())
+
+
+def test_the_smallest_detectable_difference_follows_the_paired_spread() -> None:
+    """sd 0.01 over 10 pairs: (t(.975, 9) + t(.80, 9)) * 0.01 / sqrt(10) = 3.1456 * 0.0031623."""
+    differences = [0.01 * (-1) ** i * math.sqrt(9 / 10) for i in range(10)]  # sd exactly 0.01, mean 0
+    assert detectable(differences) == pytest.approx(0.009947, abs=1e-5)
+    assert math.isnan(detectable([0.1]))
 
 
 HERE = {"host": "vm boot 1234abcd", "cpu": "AMD EPYC", "cpu_flags": "6a93d771884c", "torch": "2.13.0+cpu"}
-
-
-def _from_results(*paths: Path, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks.outcome", "--from-results", *map(str, paths), *flags],
-        capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120,
-    )  # fmt: skip
-
-
-def _tuner_after_baselines(tmp_path: Path, later_machine: dict[str, str] | None) -> tuple[Path, Path]:
-    """The baselines' run (every contender), then a tuner-only run after a change."""
-    baselines = [_run(c, s, 0.10 + 0.01 * s) for c in ("tpe-last", "tpe-best", "random") for s in (1, 2)]
-    earlier, later = tmp_path / "a.json", tmp_path / "b.json"
-    runs = [*baselines, _run("tuner", 1, 0.5), _run("tuner", 2, 0.5)]
-    earlier.write_text(json.dumps({"machine": HERE, "runs": runs}))
-    tuner_runs = [_run("tuner", 1, 0.09), _run("tuner", 2, 0.10)]
-    said = {"machine": later_machine} if later_machine else {}
-    later.write_text(json.dumps({"runs": tuner_runs, **said}))
-    return earlier, later
-
-
-def test_from_results_prints_the_merged_tables_and_runs_nothing(tmp_path: Path) -> None:
-    """A tuner-only run after a change, beside the baselines' run of the same machine: the later
-    file's tuner runs replace the earlier ones of the same seed, and tuner is compared with the
-    best baseline."""
-    files = _tuner_after_baselines(tmp_path, HERE)
-    done = _from_results(*files)
-    assert done.returncode == 0, done.stderr
-    asked = _from_results(*files, flags=("--across-machines",))  # one machine: nothing to say
-    assert asked.returncode == 0 and asked.stdout == done.stdout
-    assert "| tuner | 0.0950 [" in done.stdout  # (0.09 + 0.10) / 2: the later file's runs
-    assert "| tpe-last | 0.1150 [" in done.stdout
-    # tuner minus tpe-last (the first of the equal best baselines), paired by seed: -0.02 each
-    assert "tuner minus best baseline (tpe-last), paired by seed: -0.0200" in done.stdout
-    assert "more than one machine" not in done.stdout
-    assert "Traceback" not in done.stderr
-
-
 OTHER = {**HERE, "cpu_flags": "0123456789ab"}
+
+
+def _results_file(path: Path, records: list[RunRecord], machine: dict[str, str] | None, commit: str) -> Path:
+    from dataclasses import asdict
+
+    document = {
+        "commit": commit,
+        "runs": [asdict(r) for r in records],
+        **({"machine": machine} if machine else {}),
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_from_results_merges_an_ablation_with_the_baselines_run_of_one_machine(tmp_path: Path) -> None:
+    """The baselines' run, then a tuner-only ablation at another commit: the tables hold both,
+    compare the ablation with tuner, and say which commit ran which contender."""
+    baselines = _constructed("teacher", 0.0, True)
+    ablation = [_record("teacher", "tuner:no-extra-round", s, 0.15) for s in range(1, 11)]
+    first = _results_file(tmp_path / "a.json", baselines, HERE, "aaaaaaaaaaaa")
+    second = _results_file(tmp_path / "b.json", ablation, HERE, "bbbbbbbbbbbb")
+    done = _benchmark("--from-results", str(first), str(second))
+    assert done.returncode == 0, done.stderr
+    [commits] = [line for line in done.stdout.splitlines() if line.startswith("commits: ")]
+    assert "aaaaaaaaaaaa ran tpe-last@short," in commits and ", tuner;" in commits
+    assert commits.endswith("; bbbbbbbbbbbb ran tuner:no-extra-round")
+    assert "| tuner:no-extra-round | sweep-lr's | 0.1500" in done.stdout
+    assert "tuner:no-extra-round minus each baseline" in done.stdout
+    assert "more than one machine" not in done.stdout
 
 
 @pytest.mark.parametrize("later_machine", [OTHER, None], ids=["another-machine", "unsaid"])
 def test_results_of_two_machines_merge_only_when_asked(
     tmp_path: Path, later_machine: dict[str, str] | None
 ) -> None:
-    """A contender repeats on one machine only (its floating-point path changes with the CPU), so
-    pairing tuner's runs of one machine with the baselines' of another compares machines; a file
-    that does not say which machine ran it cannot be checked."""
-    earlier, later = _tuner_after_baselines(tmp_path, later_machine)
-    refused = _from_results(earlier, later)
+    first = _results_file(tmp_path / "a.json", _constructed("teacher", 0.0, True), HERE, "aaaaaaaaaaaa")
+    second = _results_file(
+        tmp_path / "b.json", [_record("teacher", "tuner", 1, 0.1)], later_machine, "aaaaaaaaaaaa"
+    )
+    refused = _benchmark("--from-results", str(first), str(second))
     assert refused.returncode == 2 and refused.stdout == ""
     [line] = refused.stderr.strip().splitlines()
     if later_machine:
-        assert f"{earlier} ran on AMD EPYC (flags 6a93d771884c," in line
-        assert f"{later} on AMD EPYC (flags 0123456789ab," in line
+        assert (
+            f"{first} ran on AMD EPYC (flags 6a93d771884c," in line
+            and f"{second} on AMD EPYC (flags 0123" in line
+        )
     else:
-        assert f"{later} does not say which machine ran it" in line
+        assert f"{second} does not say which machine ran it" in line
     assert line.endswith("run them on one machine, or pass --across-machines")
-    merged = _from_results(earlier, later, flags=("--across-machines",))
+    merged = _benchmark("--from-results", str(first), str(second), "--across-machines")
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout.startswith("(runs of more than one machine merged")
-    assert "| tuner | 0.0950 [" in merged.stdout
-    alone = _from_results(later)  # one file is its own machine, whatever it says
-    assert alone.returncode == 0 and "more than one machine" not in alone.stdout
 
 
 def test_from_results_of_a_file_that_is_not_results_says_so(tmp_path: Path) -> None:
     broken = tmp_path / "results.json"
     broken.write_text("{not json")
-    done = _from_results(broken)
-    assert done.returncode == 2
+    done = _benchmark("--from-results", str(broken))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("python -m benchmarks.outcome: error: cannot read results:")
-    assert "Traceback" not in done.stderr
