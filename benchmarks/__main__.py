@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 
 from benchmarks import (
+    calibrate_lengths,
     calibrate_ranges,
     checkpoint_cost,
     cli_startup,
@@ -36,7 +37,8 @@ BENCHMARKS = (
     worker_profile,  # where a worker's time goes (cProfile): no targets
     fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
     report,
-    calibrate_ranges,  # ~80 s: how often the range verdict moves a range wrongly
+    calibrate_ranges,  # ~3 minutes: how often the range verdict moves a range wrongly
+    calibrate_lengths,  # ~1 minute: the same for the length verdict
     procedure,
     ghost_batch_norm,
     multi_process,

@@ -239,9 +239,92 @@ def results(tallies: dict[tuple[str, int, float], Tally]) -> list[Result]:
     ]  # fmt: skip
 
 
+#: "nothing learned" cases: every trial at chance; the final training loss over the LR's position
+#: (2.3, a 10-class chance loss, falling by the slope toward the top; a bowl: lowest in the middle)
+LOSS_CASES: dict[str, tuple[float, bool]] = {
+    "flat": (0.0, False),
+    "bowl inside": (0.3, False),
+    "falls 0.05": (0.05, True),
+    "falls 0.3": (0.3, True),
+}
+LOSS_NOISE = 0.02
+
+
+def unlearned_round(attrs: dict[str, Any], case: str, trials: int, seed: int) -> Any:
+    """Round 1 of ``trials`` quasi-random points, each at chance, with a final training loss."""
+    import numpy as np
+
+    from tuner.orchestrate.search_space import quasi_random_point
+    from tuner.orchestrate.stored import StoredPhase, StoredTrial
+    from tuner.playbook.plan import load_plan
+    from tuner.report.range_moves import unit
+    from tuner.report.study_data import phase_data
+
+    plan = load_plan(attrs)
+    assert plan is not None
+    slope, should_move = LOSS_CASES[case]
+    rng = np.random.default_rng(seed)
+    stored = []
+    for index in range(trials):
+        params = quasi_random_point(plan.search_space(), index, seed)
+        u = unit(params["optimizer.lr"], LR_LOW, LR_HIGH, True)
+        trend = slope * (1 - u) if should_move else slope * (u - 0.5) ** 2
+        attrs_of = {"slot": index, "attempt": 0, "max_train_steps": plan.trial_steps, "best_step": 100}
+        attrs_of["final_train_loss"] = 2.3 + trend + float(rng.normal(0.0, LOSS_NOISE))
+        value = CHANCE + float(rng.normal(0.0, 0.005))
+        stored.append(StoredTrial(index, "COMPLETE", value, params, attrs_of))
+    return phase_data(StoredPhase("calibration", "round-1", "minimize", attrs, stored))
+
+
+def calibrate_unlearned(repetitions: int, trials: tuple[int, ...] = TRIALS) -> dict[tuple[str, int], Tally]:
+    """Each "nothing learned" case judged as the report judges a round that learned nothing."""
+    from tuner.report.boundaries import diagnose_boundaries
+    from tuner.report.field_values import field_checker
+
+    attrs = round1_attrs()
+    tallies: dict[tuple[str, int], Tally] = {}
+    for case in LOSS_CASES:
+        for count in trials:
+            tally = tallies.setdefault((case, count), Tally())
+            for rep in range(repetitions):
+                phase = unlearned_round(attrs, case, count, seed=1000 * count + rep)
+                assert phase.plan is not None
+                found = diagnose_boundaries(phase, field_checker(phase.plan.config), judge=False)
+                tally.repetitions += 1
+                for finding in found.findings:
+                    if finding.kind == "range_edge_nothing_learned":
+                        tally.lr_up += finding.edge == "high"
+                        tally.lr_down += finding.edge == "low"
+    return tallies
+
+
+def unlearned_table(tallies: dict[tuple[str, int], Tally]) -> str:
+    lines = [
+        "| training loss over the LR range | should move | trials | moved up | moved down |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for (case, count), t in tallies.items():
+        should = "up" if LOSS_CASES[case][1] else "no"
+        lines.append(f"| {case} | {should} | {count} | {t.rate(t.lr_up):.1%} | {t.rate(t.lr_down):.1%} |")
+    return "\n".join(lines)
+
+
+def unlearned_results(tallies: dict[tuple[str, int], Tally]) -> list[Result]:
+    alarms = max(
+        (t.rate(t.lr_up + t.lr_down) for (c, _), t in tallies.items() if not LOSS_CASES[c][1]), default=0.0
+    )
+    misses = [1 - t.rate(t.lr_up) for (c, n), t in tallies.items() if LOSS_CASES[c][1] and n >= 20]
+    miss_rate = statistics.fmean(misses) if misses else 0.0
+    return [
+        Result(NAME, "nothing learned: false moves, worst case", alarms, "{:.1%}",
+               f"<= {FALSE_ALARM_TARGET:.0%}", alarms <= FALSE_ALARM_TARGET),
+        Result(NAME, "nothing learned: misses at 20+ trials, mean", miss_rate, "{:.1%}"),
+    ]  # fmt: skip
+
+
 def run() -> list[Result]:
     """``make bench``: 200 repetitions of every case."""
-    return results(calibrate(200))
+    return results(calibrate(200)) + unlearned_results(calibrate_unlearned(200))
 
 
 def main() -> None:
@@ -251,9 +334,13 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=200, help="of every case (default 200)")
     parser.add_argument("--quick", action="store_true", help="10 repetitions, 8 and 20 trials: a smoke test")
     args = parser.parse_args()
-    tallies = calibrate(10, trials=(8, 20)) if args.quick else calibrate(args.repetitions)
+    repetitions = 10 if args.quick else args.repetitions
+    tallies = calibrate(10, trials=(8, 20)) if args.quick else calibrate(repetitions)
+    unlearned = calibrate_unlearned(repetitions, trials=(8, 20) if args.quick else TRIALS)
     print(table(tallies))
-    report(NAME, results(tallies))
+    print()
+    print(unlearned_table(unlearned))
+    report(NAME, results(tallies) + unlearned_results(unlearned))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""The verdict calibrations judge constructed rounds whose truth is known, with the report's own
+code: a few repetitions of the clearest cases give the answer the truth gives."""
+
+from __future__ import annotations
+
+from benchmarks import calibrate_lengths, calibrate_ranges
+
+
+def test_the_length_verdict_calls_clear_cases_by_their_truth() -> None:
+    attrs = calibrate_lengths.round_attrs()
+    for case, expected in (("early 0.05", "early"), ("improving 1.5", "late"), ("middle 0.5", "fine")):
+        curve, truth = calibrate_lengths.CASES[case]
+        assert truth == expected
+        for seed in range(3):
+            phase, curves = calibrate_lengths.simulated_round(attrs, curve, 20, 0.003, seed)
+            assert calibrate_lengths.verdict_of(phase, curves) == expected, (case, seed)
+
+
+def test_the_length_table_counts_every_repetition() -> None:
+    tallies = calibrate_lengths.calibrate(2, trials=(8,), noises=(0.003,))
+    assert all(sum(t.values()) == 2 for t in tallies.values())
+    assert "| early | early 0.05 | 8 | 0.003 | 100.0% | 0.0% | 0.0% | 0.0% |" in calibrate_lengths.table(
+        tallies
+    )
+
+
+def test_nothing_learned_moves_the_lr_range_up_only_when_the_loss_falls_toward_the_top() -> None:
+    tallies = calibrate_ranges.calibrate_unlearned(3, trials=(20,))
+    assert tallies[("falls 0.3", 20)].lr_up == 3
+    assert tallies[("bowl inside", 20)].lr_up + tallies[("bowl inside", 20)].lr_down == 0
+    results = {r.figure: r for r in calibrate_ranges.unlearned_results(tallies)}
+    assert results["nothing learned: false moves, worst case"].passed is not None
