@@ -97,12 +97,22 @@ def run_all(
         cores.put(usable[index % len(usable)])
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_pin_to_core, initargs=(cores,)) as pool:
         running = {pool.submit(_run_job, job): job for job in todo[:jobs]}
-        queue = todo[jobs:]
+        queue, failed = todo[jobs:], []
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
-                running.pop(future)
-                record = future.result()
+                job = running.pop(future)
+                try:
+                    record = future.result()
+                except Exception as error:  # one run's failure: said, the others go on, a re-run retries it
+                    failed.append(job)
+                    print(f"{job.workload} seed {job.seed} {job.contender.name}: FAILED: {error}", flush=True)
+                    record = None
+                if queue:
+                    next_job = queue.pop(0)
+                    running[pool.submit(_run_job, next_job)] = next_job
+                if record is None:
+                    continue
                 here.runs.append(record)
                 here.write(results_path)
                 print(
@@ -111,9 +121,8 @@ def run_all(
                     f"{record.cpu_s:.0f} CPU s; {record.notes}",
                     flush=True,
                 )
-                if queue:
-                    job = queue.pop(0)
-                    running[pool.submit(_run_job, job)] = job
+    if failed:
+        print(f"{len(failed)} run(s) failed (above); the same command runs them again", flush=True)
     return [r for r in here.runs if r.workload in workloads]
 
 

@@ -48,7 +48,8 @@ class Contender:
 
     @property
     def is_tuner(self) -> bool:
-        return self.baseline is None
+        """``tune`` itself (or an ablation of it), not a baseline nor a design in its commands."""
+        return self.name.startswith("tuner")
 
 
 def baseline_contenders() -> list[Contender]:
@@ -60,14 +61,21 @@ def tuner_contender(label: str = "", tune_args: tuple[str, ...] = ()) -> Contend
     return Contender(f"tuner:{label}" if label else "tuner", tune_args=tune_args)
 
 
+#: candidate designs of the procedure, in tuner's commands (``run_sweep_then_search``): the
+#: search quasi-random, or Optuna's TPE (random for its first 10 trials, then guided)
+SWEEP_THEN_SEARCH = {"sweep+search": "quasi-random", "sweep+tpe": "tpe"}
+
+
 def parse_contender(name: str) -> Contender:
     """A contender by name (``tuner``, ``random@guess``); ValueError for an unknown one."""
     if name == "tuner":
         return tuner_contender()
+    if name in SWEEP_THEN_SEARCH:
+        return Contender(name)
     for contender in baseline_contenders():
         if contender.name == name:
             return contender
-    known = ", ".join(["tuner", *(c.name for c in baseline_contenders())])
+    known = ", ".join(["tuner", *(c.name for c in baseline_contenders()), *SWEEP_THEN_SEARCH])
     raise ValueError(f"unknown contender {name!r}; known: {known}")
 
 
@@ -94,7 +102,9 @@ def run_contender(
     """Run one contender in ``folder``: what it delivered, its CPU and wall seconds."""
     folder.mkdir(parents=True, exist_ok=False)
     started_cpu, elapsed = cpu_s(), stopwatch()
-    if contender.is_tuner:
+    if contender.name in SWEEP_THEN_SEARCH:
+        delivered = run_sweep_then_search(document, folder, budget, SWEEP_THEN_SEARCH[contender.name])
+    elif contender.is_tuner:
         delivered = run_tuner(document, folder, budget, contender.tune_args)
     else:
         assert contender.baseline is not None and contender.length is not None
@@ -138,6 +148,65 @@ def run_tuner(document: dict[str, Any], folder: Path, budget: int, extra: tuple[
     return Delivered(
         Path(model["checkpoint"]), Path(model["run_dir"]), status_steps(folders), len(folders), notes
     )
+
+
+#: the sweep's length rule when nothing fits and validation was still improving at its cap
+#: (compute-bound): the longest length that leaves this many full-length trials
+SEARCH_TRIALS_AT_LEAST = 8
+
+
+def run_sweep_then_search(document: dict[str, Any], folder: Path, budget: int, sampler: str) -> Delivered:
+    """A candidate design of the procedure, in tuner's own commands: ``tuner sweep-lr`` within
+    20% of the budget (its cap lowered as ``tune`` lowers it) for the length, then one
+    ``sampler`` round 1 at that full length with every step left; the best run by validation,
+    at its best step. The length: the fewest steps an LR fit in; nothing fitting, 2x the early
+    best step the sweep saw (noisy labels), else the longest length that still leaves
+    ``SEARCH_TRIALS_AT_LEAST`` trials (compute-bound: the playbook's "as long as you can
+    afford")."""
+    from tuner.playbook.budget import SWEEP_SHARE
+
+    document = json.loads(json.dumps(document))
+    document["training"].pop("max_train_steps")
+    study = folder / "study.yaml"
+    study.write_text(yaml.safe_dump(document, sort_keys=False))
+    output = folder / "runs"
+    grid, eval_every = len(document["sweep_lr"]["grid"]), int(document["training"]["eval_every"])
+    cap = min(
+        int(document["sweep_lr"]["max_steps"]), int(budget * SWEEP_SHARE) // grid // eval_every * eval_every
+    )
+    sweep = _tuner_json(
+        "sweep-lr", str(study), "--set", f"sweep_lr.max_steps={cap}", "--output-dir", str(output)
+    )
+    spent = status_steps(sorted(output.glob("*/sweep-lr/trial-*")))
+    left = budget - spent
+    verdicts = {v["kind"]: v for v in sweep.get("verdicts", [])}
+    if sweep.get("recommended_max_train_steps"):
+        length, why = int(sweep["recommended_max_train_steps"]), "fit"
+    elif verdicts.get("nothing_fits", {}).get("noisy_labels_steps"):
+        length, why = int(verdicts["nothing_fits"]["noisy_labels_steps"]), "2x the early best step"
+    else:
+        length = max(cap, left // SEARCH_TRIALS_AT_LEAST // eval_every * eval_every)
+        why = f"compute-bound: {SEARCH_TRIALS_AT_LEAST} trials of the steps left"
+    trials = left // length
+    sets = ["--set", f"max_train_steps={length}", "--set", "rounds.round1.length_fraction=1"]
+    sets += ["--set", f"rounds.round1.sampler={sampler}"]
+    command = ["run-round", str(study), "--round", "1", "--trials", str(trials), *sets]
+    _tuner_json(*command, "--output-dir", str(output), "--workers", "1", "--no-progress", parse=False)
+    report = _tuner_json("report", str(study), "--phase", "round-1", "--output-dir", str(output))
+    best = report["phases"][0]["best_trial"]
+    folders = sorted(output.glob("*/*/trial-*"))
+    notes = f"sweep-lr then {trials} {sampler} trials of {length} steps ({why})"
+    return Delivered(
+        Path(best["checkpoint"]), Path(best["run_dir"]), status_steps(folders), len(folders), notes
+    )
+
+
+def _tuner_json(*args: str, parse: bool = True) -> Any:
+    command = [sys.executable, "-m", "tuner", *args, *(("--json",) if parse else ())]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, env=ENV, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"tuner {args[0]} failed: {done.stderr.strip().splitlines()[-3:]}")
+    return json.loads(done.stdout) if parse else None
 
 
 def status_steps(folders: list[Path]) -> int:

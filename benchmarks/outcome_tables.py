@@ -39,8 +39,9 @@ def all_baselines() -> list[str]:
 
 
 def tuners(records: list[RunRecord]) -> list[str]:
-    """``tuner`` first, then its ablations in the order they appear."""
-    names = list(dict.fromkeys(r.contender for r in records if r.contender.startswith("tuner")))
+    """The procedures compared with the baselines: ``tuner`` first, then its ablations and the
+    designs in its commands, in the order they appear."""
+    names = list(dict.fromkeys(r.contender for r in records if "@" not in r.contender))
     return sorted(names, key=lambda n: n != "tuner")
 
 
