@@ -82,13 +82,18 @@ def expected_trials(spec: Any, phase: str) -> int | None:
 
 def header_lines(started: StartedPhase, chosen: list[LocalWorker]) -> list[str]:
     from tuner.orchestrate import redact_url
+    from tuner.playbook.runnable_plan import GP_STARTUP
 
     plan, settings = started.plan, started.settings
     assert plan is not None and settings is not None
     stored = plan.stored
-    what = {"quasi-random": "quasi-random", "random": "random", "tpe": "TPE", "fixed": "planned points"}[
-        stored.sampler
-    ]
+    what = {
+        "quasi-random": "quasi-random",
+        "random": "random",
+        "tpe": "TPE",
+        "gp": f"quasi-random, then Gaussian-process BO from the {plural(GP_STARTUP, 'point')} on",
+        "fixed": "planned points",
+    }[stored.sampler]
     lines = [
         f"{started.phase}: {plural(settings.max_trials, 'trial')} of {stored.trial_steps} steps ({what}), "
         + (

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,16 @@ from tuner.orchestrate.stall import StallRule
 from tuner.orchestrate.storage import open_storage, with_retries
 from tuner.orchestrate.supervise import supervise
 from tuner.orchestrate.trial_process import TrialJob
+
+
+def _sampler_on_one_thread() -> None:
+    """A sampler that computes with torch (``GPSampler``) runs torch ops in the worker, which then
+    forks each trial's process: an OpenMP thread pool started here would be copied half-alive
+    into the child, whose first parallel op hangs. On one thread no pool is started; the trial's
+    process sets its own threads."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @dataclass
@@ -235,6 +246,7 @@ class Worker:
         return self.options.phase_dir / name
 
     def _sample(self, trial_id: int) -> dict[str, Any]:
+        _sampler_on_one_thread()
         trial = adapter.trial_for_sampling(self.study, trial_id)
         return {key: suggest(trial, key, dist) for key, dist in self.distributions.items()}
 

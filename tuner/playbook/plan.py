@@ -28,7 +28,7 @@ PLAN_ATTR = "tuner:plan"
 PLAN_VERSION = 1
 
 PlanKind = Literal["round", "sweep-lr"]
-SamplerName = Literal["quasi-random", "random", "tpe", "fixed"]
+SamplerName = Literal["quasi-random", "random", "tpe", "gp", "fixed"]
 
 
 class _Stored(BaseModel):

@@ -19,6 +19,10 @@ from tuner.playbook.plan import StoredPlan, load_plan
 from tuner.playbook.reproduce import reproduce_command
 from tuner.spec import LoadedStudy, RoundSpec
 
+#: ``gp``: the quasi-random points before the Gaussian process proposes (one per dimension of a
+#: typical 3-5 dimensional space covers it; fewer leave the GP's first fit to chance)
+GP_STARTUP = 5
+
 
 @dataclass
 class PhasePlan:
@@ -76,12 +80,22 @@ class PhasePlan:
         return PhaseSettings.build(max_trials, **chosen)
 
     def sampler(self) -> Any:
-        """Optuna's sampler, only for ``tpe`` (every other point is known in advance)."""
-        if self.stored.sampler != "tpe":
-            return None
-        import optuna
+        """Optuna's sampler for ``tpe`` and ``gp`` (every other point is known in advance).
 
-        return optuna.samplers.TPESampler(seed=None)
+        ``gp``: Optuna's ``GPSampler``, seeded by the plan (it weighs the trials still running,
+        so two workers asking at once do not get one point), after ``GP_STARTUP`` quasi-random
+        points (``params_for_slot``): the exploration the other rounds start with."""
+        if self.stored.sampler == "tpe":
+            import optuna
+
+            return optuna.samplers.TPESampler(seed=None)
+        if self.stored.sampler == "gp":
+            import optuna
+
+            return optuna.samplers.GPSampler(
+                seed=self.stored.seed, n_startup_trials=GP_STARTUP, warn_independent_sampling=False
+            )
+        return None
 
     def search_space(self) -> dict[str, Any]:
         """The stored space as parameter models (parsed once: every slot of round 1 asks for it)."""
@@ -99,7 +113,9 @@ class PhasePlan:
             return quasi_random_point(space, slot, stored.seed)
         if stored.sampler == "random":
             return random_point(space, slot, stored.seed)
-        return {}  # tpe: Optuna's sampler chooses when the trial starts
+        if stored.sampler == "gp" and slot < GP_STARTUP:
+            return quasi_random_point(space, slot, stored.seed)
+        return {}  # tpe, gp: Optuna's sampler chooses when the trial starts
 
     def outpaced_from(self) -> Callable[[list[Any]], int | None] | None:
         """sweep-lr: the phase's trials -> the fewest steps any LR has fit in (on every seed), past

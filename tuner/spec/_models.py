@@ -257,7 +257,7 @@ class RoundSpec(_Model):
     )
     steps: PositiveInt | None = None
     length_fraction: Fraction | None = None
-    sampler: Literal["quasi-random", "random", "tpe"] = "quasi-random"
+    sampler: Literal["quasi-random", "random", "tpe", "gp"] = "quasi-random"
     parallel: PositiveInt | None = None
     max_failed: PositiveInt | None = None  # default: a third of `trials`
     max_retries: NonNegativeInt = 1  # retries of a crashed / killed / timed-out trial
