@@ -63,7 +63,7 @@ def tuner_contender(label: str = "", tune_args: tuple[str, ...] = ()) -> Contend
 
 #: candidate designs of the procedure, in tuner's commands (``run_sweep_then_search``): the
 #: search quasi-random, or Optuna's TPE (random for its first 10 trials, then guided)
-SWEEP_THEN_SEARCH = {"sweep+search": "quasi-random", "sweep+tpe": "tpe"}
+SWEEP_THEN_SEARCH = {"sweep+search": "quasi-random", "sweep+tpe": "tpe", "sweep+gp": "gp"}
 
 
 def parse_contender(name: str) -> Contender:
