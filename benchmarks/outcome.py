@@ -51,7 +51,7 @@ from benchmarks.outcome_runs import (
     machine_text,
 )
 from benchmarks.outcome_runs import run_job as _run_job
-from benchmarks.outcome_tables import NAME, table, targets
+from benchmarks.outcome_tables import NAME, procedures_table, table, targets
 
 DEFAULT_SEEDS = 10
 
@@ -149,6 +149,10 @@ def print_tables(records: list[RunRecord], workloads: list[str], quick: bool = F
         own = [r for r in records if r.workload == workload]
         if own:
             print("\n" + table(workload, own, quick))
+    summary = procedures_table(records, workloads)
+    if summary:
+        print("\nEvery procedure against the best baseline at the guessed length, paired by seed:\n")
+        print(summary)
 
 
 def run() -> list[Result]:

@@ -119,6 +119,35 @@ def table(workload: str, records: list[RunRecord], quick: bool = False) -> str:
     return "\n".join(lines)
 
 
+def procedures_table(records: list[RunRecord], workloads: list[str]) -> str:
+    """One row a procedure (tuner, each ablation, each design): its difference from the best
+    baseline at the guessed length on each workload, and its mean relative gain over them."""
+    by_workload = {w: by_seed([r for r in records if r.workload == w]) for w in workloads}
+    minimize = {w: minimizes(w) for w in workloads}
+    best = {w: best_of(at_guess(), by_workload[w], minimize[w]) for w in workloads}
+    if not all(best.values()):
+        return ""
+    header = (
+        "procedure",
+        *(f"{w}: minus {best[w]} [95% CI]" for w in workloads),
+        "mean relative gain [95% CI]",
+    )
+    lines = [_row(*header), _row(*("---" for _ in header))]
+    for name in tuners(records):
+        cells: list[str] = [name]
+        for workload in workloads:
+            found = compare(name, str(best[workload]), by_workload[workload], minimize[workload])
+            cells.append(found.difference.signed() if found else "-")
+        gain = relative_gains(name, {w: str(b) for w, b in best.items()}, by_workload, minimize)
+        shown = "-"
+        if gain is not None:
+            shown = f"{100 * gain.mean:+.2f}%"
+            if not math.isnan(gain.low):
+                shown += f" [{100 * gain.low:+.2f}%, {100 * gain.high:+.2f}%]"
+        lines.append(_row(*cells, shown))
+    return "\n".join(lines)
+
+
 def targets(records: list[RunRecord], workloads: list[str]) -> list[Result]:
     """The target as PASS/FAIL: on every workload tuner is not behind the best baseline at the
     guessed length beyond the noise, nor the oracle's pick among every length; and over the

@@ -86,7 +86,7 @@ SLOWEST_FILES = (
     "orchestrate_tests/test_chaos_postgres.py",  # 79 s
     "orchestrate_tests/test_round1.py",  # 76 s
     "orchestrate_tests/test_grpc_claims.py",  # 73 s
-    "benchmarks_tests/test_outcome.py",  # 60 s
+    "benchmarks_tests/test_outcome.py",  # 75 s
     "orchestrate_tests/test_preemption.py",  # 57 s
     "cli_tests/test_tune.py",  # 56 s
     "train_tests/test_nodes.py",  # 46 s
@@ -103,6 +103,7 @@ SLOWEST_FILES = (
     "playbook_tests/test_rounds.py",  # 25 s
     "test_slurm_example.py",  # 25 s
     "orchestrate_tests/test_journal_claims.py",  # 23 s
+    "orchestrate_tests/test_gp_round.py",  # 20 s
     "orchestrate_tests/test_failure_reasons.py",  # 19 s
     "train_tests/test_cli_resume.py",  # 18 s
     "orchestrate_tests/test_stall_watchdog.py",  # 17 s
