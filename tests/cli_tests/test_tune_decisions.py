@@ -28,26 +28,51 @@ def _plan(tmp_path: Path, *flags: str) -> dict[str, tuple[int, int]]:
 
 
 def test_each_switch_changes_only_its_own_step_of_the_plan(tmp_path: Path) -> None:
-    # by default round 2 runs at the file's seeds (2 would be more than half the budget), 20% of
-    # the budget (80) is kept for round 3, decided on round 2's report, and round 1 keeps half the
-    # rest for a next search; round 3 takes what is left (<= 180, an upper bound: "steps" None)
-    default = {"toy/round-1": (10, 100), "toy/round-2": (3, 120), "toy/round-3": (None, 180)}
-    assert _plan(tmp_path / "default") == default
+    # by default round 1 trains at full length (40 steps) with what round 2 (at the file's
+    # seeds: 2 would be more than half the budget) and round 3's 20% (80) leave; its suggestions
+    # are reported, never searched, so the flags that hold them back change nothing
+    full = {"toy/round-1": (5, 200), "toy/round-2": (3, 120), "toy/round-3": (None, 80)}
+    assert _plan(tmp_path / "default") == full
+    assert _plan(tmp_path / "full-apply", "--no-apply-suggestions") == full
+    # --short-round1: round 1 at the file's 10 steps keeps half the rest for a next search;
+    # round 3 takes what is left (<= 180, an upper bound: "steps" None)
+    short = {"toy/round-1": (10, 100), "toy/round-2": (3, 120), "toy/round-3": (None, 180)}
+    assert _plan(tmp_path / "short", "--short-round1") == short
+
+    def plan(folder: str, *flags: str) -> dict[str, tuple[int, int]]:
+        return _plan(tmp_path / folder, "--short-round1", *flags)
+
     # --no-extra-seeds: round 3 only if it trains longer; the plan keeps its share for that
-    assert _plan(tmp_path / "seeds", "--no-extra-seeds") == default
+    assert plan("seeds", "--no-extra-seeds") == short
     # --no-extra-round: no share kept; round 2's seeds take what round 1 leaves unused (before
     # round 3 existed), or with --no-extra-seeds too, round 2 keeps the file's seeds
     no_round = {"toy/round-1": (14, 140), "toy/round-2": (6, 240)}
-    assert _plan(tmp_path / "round", "--no-extra-round") == no_round
+    assert plan("round", "--no-extra-round") == no_round
     fewer_seeds = {"toy/round-1": (14, 140), "toy/round-2": (3, 120)}
-    assert _plan(tmp_path / "neither-extra", "--no-extra-round", "--no-extra-seeds") == fewer_seeds
+    assert plan("neither-extra", "--no-extra-round", "--no-extra-seeds") == fewer_seeds
     # one search only, or no suggestions applied: no reserve, round 1 takes the rest
     whole = {"toy/round-1": (20, 200), "toy/round-2": (3, 120), "toy/round-3": (None, 80)}
-    assert _plan(tmp_path / "searches", "--max-searches", "1") == whole
-    assert _plan(tmp_path / "apply", "--no-apply-suggestions") == whole
-    assert _plan(tmp_path / "neither", "--no-apply-ranges", "--no-apply-length") == whole
+    assert plan("searches", "--max-searches", "1") == whole
+    assert plan("apply", "--no-apply-suggestions") == whole
+    assert plan("neither", "--no-apply-ranges", "--no-apply-length") == whole
     # one kind of suggestion still may be applied: the reserve for a next search is kept
-    assert _plan(tmp_path / "length", "--no-apply-length") == _plan(tmp_path / "default")
+    assert plan("length", "--no-apply-length") == short
+
+
+def test_a_budget_too_small_for_a_full_length_round_1_keeps_the_files_length(tmp_path: Path) -> None:
+    """200 steps: round 2 (3 x 40) and round 3's share leave no room for 3 full-length trials;
+    round 1 trains the file's 10 steps instead, and the plan says why."""
+    path = tune_study(tmp_path)
+    common = ("--dry-run", "--json", "--output-dir", str(tmp_path / "runs"))
+    result = invoke("tune", str(path), "--budget", "200", *common)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    phases = {p["phase"]: (p["trials"], p["steps_per_trial"]) for p in plan["phases"]}
+    assert phases["toy/round-1"][1] == 10
+    [note] = [
+        n for n in plan["notes"] if n.startswith("round 1 at the study file's length, not at full length:")
+    ]
+    assert "round 1 needs at least 3 trials of 40 steps" in note
 
 
 def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tmp_path: Path) -> None:
@@ -380,14 +405,22 @@ def test_each_suggestion_is_held_back_only_by_the_switch_of_its_kind() -> None:
     lr, drop = ("search_space", "optimizer.lr", "high"), ("search_space", "workload.act", "choices")
     length, every = ("training", "max_train_steps"), ("training", "eval_every")
     steps = ("rounds", "round1", "steps")
-    assert [Switches().applies(p) for p in (lr, drop, length, every, steps)] == [None] * 5
-    ranges_off = Switches(apply_ranges=False)
+    # by default round 1 trains at full length and nothing it suggests is searched again
+    full = Switches()
+    assert not full.may_apply
+    assert {full.applies(p) for p in (lr, drop, length, every, steps)} == {
+        "round 1 trained at full length: --short-round1 searches again on them"
+    }
+    short = Switches(full_length_round1=False)  # --short-round1: each kind held back by its own flag
+    assert [short.applies(p) for p in (lr, drop, length, every, steps)] == [None] * 5
+    ranges_off = Switches(full_length_round1=False, apply_ranges=False)
     assert [ranges_off.applies(p) for p in (lr, drop, length)] == ["--no-apply-ranges"] * 2 + [None]
-    length_off = Switches(apply_length=False)
+    length_off = Switches(full_length_round1=False, apply_length=False)
     assert [length_off.applies(p) for p in (lr, length, every, steps)] == [None] + ["--no-apply-length"] * 3
-    assert {Switches(apply_suggestions=False).applies(p) for p in (lr, length)} == {"--no-apply-suggestions"}
-    assert Switches(apply_ranges=False).may_apply and Switches(apply_length=False).may_apply
-    assert not Switches(apply_ranges=False, apply_length=False).may_apply
+    no_apply = Switches(full_length_round1=False, apply_suggestions=False)
+    assert {no_apply.applies(p) for p in (lr, length)} == {"--no-apply-suggestions"}
+    assert ranges_off.may_apply and length_off.may_apply
+    assert not Switches(full_length_round1=False, apply_ranges=False, apply_length=False).may_apply
 
 
 def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_length(

@@ -120,6 +120,12 @@ def tune(
         "--no-extra-round",
         help="No round decided on the last round's report (longer runs, or more seeds); 20% less kept.",
     ),
+    short_round1: bool = typer.Option(
+        False,
+        "--short-round1",
+        help="Round 1 at the study file's length (a fraction of max_train_steps), searched again on its "
+        "report's suggestions (default: round 1 at full length, its suggestions reported only).",
+    ),
     max_searches: int = typer.Option(
         2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
     ),
@@ -174,6 +180,7 @@ def tune(
             max_searches=max_searches,
             apply_ranges=not no_apply_ranges,
             apply_length=not no_apply_length,
+            full_length_round1=not short_round1,
         ),
         dry_run=dry_run,
         as_json=as_json,

@@ -35,20 +35,34 @@ class Switches:
     max_searches: int = 2  # --max-searches: round 1 of the study, then of each next study
     apply_ranges: bool = True  # --no-apply-ranges: the search space's (ranges, categorical values)
     apply_length: bool = True  # --no-apply-length: max_train_steps, eval_every, rounds' steps
+    #: round 1 at full length, its suggestions reported only (``--short-round1`` turns it off:
+    #: round 1 at the file's fraction, searched again on its suggestions); ``FULL_LENGTH_ROUND1``
+    full_length_round1: bool = True
 
     @property
     def may_apply(self) -> bool:
         """Whether any of the report's suggestions may be applied (a next search planned for)."""
-        return self.apply_suggestions and (self.apply_ranges or self.apply_length)
+        return (
+            self.apply_suggestions
+            and (self.apply_ranges or self.apply_length)
+            and not self.full_length_round1
+        )
 
     def applies(self, path: tuple[str | int, ...]) -> str | None:
         """None if a suggestion at ``path`` (``Suggestion.path``) may be applied, else the flag
         that keeps it from being: the search space's, or the length's (everything else)."""
+        if self.full_length_round1:
+            return "round 1 trained at full length: --short-round1 searches again on them"
         if not self.apply_suggestions:
             return "--no-apply-suggestions"
         if path[:1] == ("search_space",):
             return None if self.apply_ranges else "--no-apply-ranges"
         return None if self.apply_length else "--no-apply-length"
+
+
+#: ``tune``'s round 1 by default: the production length, whatever the study file's round 1 says
+#: (short trials ranked the points wrongly on the outcome benchmark: docs/benchmarks.md)
+FULL_LENGTH_ROUND1 = ("rounds.round1.steps=null", "rounds.round1.length_fraction=1")
 
 
 def sweep_decision(loaded: LoadedStudy, budget_steps: int, sets: list[str]) -> tuple[Stage, Decision]:
@@ -150,8 +164,8 @@ def round1_decision(
     stage.steps_per_trial = length
     later_cost = sum(r.cost for r in shape.later)
     text = (
-        f"round 1: {shape.round1_trials} trials of {length} steps ({shape.round1_cost:,} steps) from the "
-        f"{left:,} left; the later rounds need {later_cost:,} ({_seeds(shape.later)})"
+        f"round 1: {_count(shape.round1_trials, 'trial')} of {length} steps ({shape.round1_cost:,} steps) "
+        f"from the {left:,} left; the later rounds need {later_cost:,} ({_seeds(shape.later)})"
     )
     if shape.reserve:
         unused = "the extra round's" if extra_round else "more seeds"

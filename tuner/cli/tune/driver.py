@@ -45,6 +45,9 @@ def open_context(request: TuneRequest) -> TuneContext:
             context.raised_from = stored.budget
         context.state = stored
         context.spent_before = stored.spent_s
+    from tuner.cli.tune.full_length import settle_resumed
+
+    settle_resumed(context)
     return context
 
 
@@ -272,28 +275,19 @@ def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int)
     )
 
 
-def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
-    from tuner.playbook.tune_plan import round1_decision
+def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> LoadedStudy:
+    """Round 1 decided (at full length by default: ``full_length``) and run; the study as it ran."""
+    from tuner.cli.tune.full_length import decide_round1
 
-    spec = loaded.spec
-    stage = context.state.stage(spec.name, round_phase(1))
+    stage = context.state.stage(loaded.spec.name, round_phase(1))
     if stage is None:
-        switches = context.request.switches
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
-        keep = switches.may_apply and searches < switches.max_searches
-        sets = sets_for(context, loaded)  # a next study carries its changes in its own file
-        stage, decision = round1_decision(
-            loaded,
-            length,
-            context.left(),
-            sets,
-            keep_reserve=keep,
-            search=searches,
-            budget=context.budget_steps,
-            extra_round=switches.extra_round,
-        )
+        stage, decision, loaded, note = decide_round1(context, loaded, length, searches, context.left())
+        if note is not None:
+            context.decide(note)
         context.record(stage, decision)
     run_stage(context, stage)
+    return current_study(context)
 
 
 def later_rounds(context: TuneContext, loaded: LoadedStudy, length: int) -> None:
@@ -338,13 +332,19 @@ def drive(context: TuneContext) -> LoadedStudy:
     from tuner.cli.tune.suggestions import next_study
 
     if not context.state.decisions:
+        switches = context.request.switches
+        round1_share = (
+            "round 1 the rest, at full length"
+            if switches.full_length_round1
+            else "round 1 the rest (half while a next search may follow)"
+        )
         split = (
             "sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds them), 20% "
             "kept for a round decided on the last round's report (longer runs when they were still "
-            "improving, else more seeds), round 1 the rest (half while a next search may follow)"
-            if context.request.switches.extra_round
+            f"improving, else more seeds), {round1_share}"
+            if switches.extra_round
             else "sweep-lr <= 20%, the later rounds at the file's seeds (2 if half the budget holds them), "
-            "round 1 the rest (half while a next search may follow), round 2's seeds then fill what is left"
+            f"{round1_share}, round 2's seeds then fill what is left"
         )
         context.decide(
             Decision(
@@ -372,7 +372,7 @@ def drive(context: TuneContext) -> LoadedStudy:
                 length = sweep(context, loaded)
                 loaded = current_study(context)
             note_best_before_fit(context, loaded, length)
-            round1(context, loaded, length)
+            loaded = round1(context, loaded, length)
             following = next_study(context, loaded)
             if following is None:
                 break

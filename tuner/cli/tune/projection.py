@@ -17,7 +17,6 @@ from tuner.playbook.tune_plan import (
     PlannedPhase,
     TunePlan,
     later_decisions,
-    round1_decision,
     sweep_decision,
 )
 from tuner.spec import LoadedStudy
@@ -64,18 +63,13 @@ def project(context: TuneContext) -> TunePlan:
         return plan
     round1_trials = None
     if context.state.stage(name, round_phase(1)) is None:
+        from tuner.cli.tune.full_length import decide_round1
+
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
-        keep = switches.may_apply and searches < switches.max_searches
-        stage, decision = round1_decision(
-            loaded,
-            length,
-            left,
-            sets,
-            keep_reserve=keep,
-            search=searches,
-            budget=context.budget_steps,
-            extra_round=switches.extra_round,
-        )
+        stage, decision, loaded, note = decide_round1(context, loaded, length, searches, left)
+        switches, sets = context.request.switches, sets_for(context, loaded)
+        if note is not None:
+            plan.notes.append(note.text)
         plan.phases.append(_planned(stage))
         left -= stage.planned_steps
         round1_trials = stage.trials
