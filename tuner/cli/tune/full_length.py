@@ -1,11 +1,11 @@
 """``tune``'s round 1 at full length, its default, and when round 1 keeps the study file's length.
 
-Why full length: on the outcome benchmark (docs/benchmarks.md) a round 1 of short trials ranked
-the points as the full-length runs did not, and the search on its report's suggestions spent the
-budget again on the same space; round 1 at ``max_train_steps`` with those suggestions reported,
-not searched, delivered models 6.7% better (relative, 95% interval 3.2% .. 10.1%) on its three
-workloads. ``--short-round1`` keeps the study file's round 1 (the playbook's short exploration)
-and searches a next study on its suggestions.
+Why full length: short trials favour what learns fast (high learning rates), and the search on
+their report's suggestions spends the budget again on the same space; on the outcome benchmark
+round 1 at ``max_train_steps``, its suggestions reported and not searched, delivered better models
+than the short round 1, beyond the noise (docs/benchmarks.md has the figures). ``--short-round1``
+keeps the study file's round 1 (the playbook's short exploration) and searches a next study on
+its suggestions.
 
 Round 1 keeps the file's length also when a round 1 of the study was planned before (an earlier
 ``tune --short-round1``, or ``run-round``: tune takes it as it is, since later rounds must match
