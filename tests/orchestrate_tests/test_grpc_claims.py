@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests._processes import PATIENCE_S
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, toy_study
 from tests.orchestrate_tests.test_chaos import (
     _assert_each_slot_done_once,
@@ -105,7 +106,10 @@ def test_eight_processes_claim_200_trials_through_the_proxy_each_slot_counted_on
     # all 8 claim at once: no trial here proves healthy, so the failure budget must not hold them
     name = _phase_of(postgres_url, unique_name, PhaseSettings.build(TRIALS, max_failed=TRIALS + 1))
     with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        told = pool.starmap(_claim_until_done, [(proxy_url, name)] * PROCESSES, chunksize=1)
+        # bounded: a process lost by the pool (killed, or stuck in an RPC) fails the test in
+        # PATIENCE_S instead of hanging it until pytest's cap
+        asked = pool.starmap_async(_claim_until_done, [(proxy_url, name)] * PROCESSES, chunksize=1)
+        told = asked.get(timeout=PATIENCE_S)
     assert_each_slot_claimed_once(load_phase(postgres_url, unique_name).trials, TRIALS)
     assert sum(told) >= TRIALS and min(told) > 0, told  # every process took part
 

@@ -53,6 +53,20 @@ def guarded(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def caused_by_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is a Ctrl-C, or was raised because of one: an interrupt that lands in an
+    import can come out as another exception (Python wraps one raised in a class body's
+    ``__set_name__`` in a RuntimeError, as when torch imports ``torch._dynamo`` lazily), with the
+    KeyboardInterrupt in its chain."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _guarded_call(command: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``command``, its errors made one line and an exit code."""
     try:
@@ -68,6 +82,9 @@ def _guarded_call(command: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
         error_line("interrupted; run the same command again to continue")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:
+        if caused_by_interrupt(error):
+            error_line("interrupted; run the same command again to continue")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         if debug():
             raise
         fault = environment_fault(error)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from tuner.cli._console import err, error_line, out, plural
-from tuner.cli._errors import EXIT_INTERRUPTED, guarded
+from tuner.cli._errors import EXIT_INTERRUPTED, caused_by_interrupt, guarded
 from tuner.cli._options import output_dir_option, set_option, study_argument
 from tuner.errors import UsageError
 from tuner.output import phase_dir, shown_path
@@ -76,7 +76,9 @@ def profile(
     err.print(f"profiling {loaded.spec.name}: {SKIPPED_STEPS} warm-up steps, then {steps} measured")
     try:
         result = profile_training(loaded.spec, loaded.base_dir, steps=steps, trace_path=trace_path)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as error:
+        if not caused_by_interrupt(error):  # a Ctrl-C inside a lazy import arrives wrapped
+            raise
         error_line("interrupted; no trace written")  # nothing to continue: a profile starts afresh
         # os._exit, not typer.Exit: a Ctrl-C landing while the profiler starts (inside torch's C++)
         # left about 1 run in 3 dying of SIGINT at interpreter exit, though the interrupt was
