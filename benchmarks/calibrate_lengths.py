@@ -17,9 +17,9 @@ spread of a validation split of a few thousand, or a few hundred, examples). The
 - ``middle 0.5``: better until the middle, then 0.01 worse by the end: the length is right;
 - ``plateau 0.4``: better until 40%, flat after: the length is right (more steps change nothing);
 - ``annealed``: flat from 30%, then 0.01 better over the last 20% as a decaying LR settles: a
-  longer run would end no better, so *train longer* here is a false alarm the position cannot
-  tell from the truth below (the playbook's warning: a schedule that decays to 0 pulls the best
-  step to the end);
+  longer run would end no better, so *train longer* here is a false alarm (the playbook's
+  warning: a schedule that decays to 0 pulls the best step to the end); the position alone cannot
+  tell it from the truth below, the flat middle of its curves can;
 - ``improving 1.5``: still getting better at the end (0.1 better by 150%, so 0.011 over the last
   25%): the truth is *too short*.
 
@@ -133,10 +133,9 @@ def simulated_round(
 
 
 def verdict_of(phase: Any, curves: dict[int, dict[int, float]]) -> str:
-    from tuner.report.best_step import TOP, diagnose_best_step
+    from tuner.report.best_step import diagnose_best_step
 
-    top = [s.slot for s in phase.completed if s.position is not None][:TOP]
-    result = diagnose_best_step(phase, curves={slot: curves[slot] for slot in top})
+    result = diagnose_best_step(phase, curves=curves)
     kinds = [VERDICTS[f.kind] for f in result.findings if f.kind in VERDICTS]
     return kinds[0] if kinds else "cannot tell"
 

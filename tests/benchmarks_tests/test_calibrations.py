@@ -8,7 +8,8 @@ from benchmarks import calibrate_lengths, calibrate_ranges
 
 def test_the_length_verdict_calls_clear_cases_by_their_truth() -> None:
     attrs = calibrate_lengths.round_attrs()
-    for case, expected in (("early 0.05", "early"), ("improving 1.5", "late"), ("middle 0.5", "fine")):
+    clear = ("early 0.05", "early"), ("improving 1.5", "late"), ("middle 0.5", "fine"), ("annealed", "fine")
+    for case, expected in clear:
         curve, truth = calibrate_lengths.CASES[case]
         assert truth == expected
         for seed in range(3):

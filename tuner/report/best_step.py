@@ -4,7 +4,10 @@ The playbook's rule (section "Deciding how long to train"): best checkpoints con
 first 10% of training mean ``max_train_steps`` is too high (the rest of each run is wasted);
 consistently in the last 25% mean the runs were still improving: train longer and retune the
 decay. "Consistently" is ``CONSISTENT``: at least 3 of the 5 best trials and at least half of all
-completed trials.
+completed trials. The position alone misleads where curves are noisy or a schedule settles at the
+end: "train longer" also needs the curves still falling through the middle of training, and
+"worse after an early best" a rise beyond the curves' noise (``curve_trend``; the rates are on
+the verdicts page of the docs).
 
 A trial's best step is only known to the resolution of ``eval_every``: when the first eval
 comes after 10% of training, "the first 10%" cannot be seen, and the report says so. Fewer than
@@ -21,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tuner.report.after_best import worsening_top, worsens_verdict
+from tuner.report.after_best import RISE, AfterBest, error_of, worsening_top, worsens_verdict
+from tuner.report.curve_trend import CurveTrend, late_trend, rise_after_best
 from tuner.report.eval_grid import (
     LATE,
     MIN_EVALS,
@@ -68,6 +72,7 @@ class BestStepLate(Finding):
     completed: int
     short_round: bool  # the phase trains shorter trials than production on purpose (round 1)
     suggested_max_train_steps: int | None
+    trend_tested: bool = False  # the middle of training showed the fall (``late_trend``); else unknown
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class BestStepFine(Finding):
     early_all: int
     late_all: int
     completed: int
+    late_but_flat: bool = False  # best steps late, but no fall between 50% and 75% (``late_trend``)
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,10 @@ def _verdict(
         )
         return
     worsening = worsening_top(phase, ranked[:TOP], curves)
-    if len(worsening) >= needed_top:
+    rise = rise_after_best(((w.best_step, curves[w.slot]) for w in worsening), trial_steps, phase.direction)
+    if len(worsening) >= needed_top and (
+        _rises_beyond_noise(worsening, rise, phase.direction) or not rise.testable
+    ):
         rule_top = (needed_top, TOP)
         result.findings.append(
             worsens_verdict(phase, worsening, len(top), trial_steps, rule_top, result.suggestions)
@@ -237,8 +246,31 @@ def _verdict(
     ):
         _unresolved(phase, result, "whether the runs were still improving", shortest)
         return
-    if late_top >= needed_top and late_all >= half:
+    late_by_position = late_top >= needed_top and late_all >= half
+    late_curves = [curves[s.slot] for s in ranked if (s.position or 0.0) > LATE and s.slot in curves]
+    trend = late_trend(late_curves, trial_steps, phase.direction) if late_by_position else None
+    if late_by_position and trend is not None and trend.testable and not trend.falling:
+        median = statistics.median(values)
+        result.findings.append(
+            BestStepFine(
+                median_position=median,
+                early_all=early_all,
+                late_all=late_all,
+                completed=len(values),
+                late_but_flat=True,
+                level=Level.OK,
+                rule=f"late (> {LATE:.0%}) in {CONSISTENT}, and the error falling beyond its noise "
+                "between 50% and 75% of training",
+                text=f"max_train_steps looks right: best checkpoints come in the last 25% of training "
+                f"({late_top} of the top {len(top)}, {late_all} of {len(values)} completed), but "
+                f"{trend.describe()}: a plateau or a settling schedule, not runs cut short",
+            )
+        )
+        return
+    if late_by_position:
         numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
+        tested = trend is not None and trend.falling
+        evidence = trend.describe() if trend is not None else "no learning curves to test the trend"
         short = production is not None and trial_steps < production
         suggested: int | None = None
         if short:  # short trials by design (round 1): not a verdict on the production length
@@ -257,7 +289,7 @@ def _verdict(
             level = Level.WARNING
             text = (
                 f"training may be too short: best checkpoints come in the last 25% of training ({numbers}); "
-                "the runs were still improving"
+                f"the runs were still improving ({evidence})"
             )
             advice = (
                 f"train longer (max_train_steps {trial_steps} -> {suggested}, {LATE_GROWTH:g}x) and retune "
@@ -272,6 +304,7 @@ def _verdict(
                 completed=len(values),
                 short_round=short,
                 suggested_max_train_steps=suggested,
+                trend_tested=tested,
                 level=level,
                 rule=f"best step > {LATE:.0%} of max_train_steps in {CONSISTENT}",
                 text=text,
@@ -297,6 +330,17 @@ def _verdict(
             f"{len(values)} completed)",
         )
     )
+
+
+def _rises_beyond_noise(worsening: list[AfterBest], rise: CurveTrend, direction: str) -> bool:
+    """The error rises after the best steps beyond the curves' noise, and by the fitted line as much
+    as ``RISE``: the last eval alone is compared with a best that sits below the curve (the
+    minimum of many noisy evals), so noise makes it look ``RISE`` worse on a small split."""
+    if not rise.rising:
+        return False
+    fitted = rise.change * statistics.mean(1.0 - w.position for w in worsening)
+    best_error = statistics.median(error_of(w.best, direction) for w in worsening)
+    return fitted >= RISE * best_error - 1e-9  # inclusive, as the last eval's bound
 
 
 def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
