@@ -41,6 +41,7 @@ from tuner.report.study_data import PhaseData, TrialSlot
 
 EARLY = 0.10  # best step <= 10% of max_train_steps
 TOP = 5
+LATE_CURVES = 30  # beyond the top: the best-ranked late trials whose curves test "still falling"
 TOP_NEEDED = 3
 MIN_TRIALS = 3
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
@@ -143,7 +144,8 @@ def diagnose_best_step(
     """Best-step positions of the phase's completed trials, and the playbook's verdict on them
     (none when not ``judge``: the trials learned nothing, ``learning``). ``shortest``: the
     shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too.
-    ``curves``: slot -> its learning curve, for the top ``TOP`` trials at least (``after_best``)."""
+    ``curves``: slot -> its learning curve, for the top ``TOP`` trials (``after_best``) and the
+    best-ranked ``LATE_CURVES`` others whose best step is late (``curve_trend.late_trend``)."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.playbook.decision_log import TuneState
-from tuner.report.best_step import TOP, BestStepResult, diagnose_best_step
+from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.delivered import DeliveredModel, delivered_model
+from tuner.report.eval_grid import LATE
 from tuner.report.field_values import field_checker
 from tuner.report.findings import Finding, Level, Suggestion
 from tuner.report.health import HealthResult, diagnose_health
@@ -173,8 +174,11 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(phase)
     else:
-        top = [s for s in phase.completed if s.position is not None][:TOP]  # worse after an early best?
-        curves = data.curves(phase, top) if learned and top else {}
+        ranked = [s for s in phase.completed if s.position is not None]
+        # the top trials (worse after an early best?) and the best-ranked late ones (still falling?)
+        late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
+        read = ranked[:TOP] + late
+        curves = data.curves(phase, read) if learned and read else {}
         report.best_step = diagnose_best_step(
             phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves
         )
