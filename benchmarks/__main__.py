@@ -11,6 +11,7 @@ import traceback
 from benchmarks import (
     calibrate_lengths,
     calibrate_ranges,
+    calibrate_transfer,
     checkpoint_cost,
     cli_startup,
     fleet,
@@ -38,7 +39,8 @@ BENCHMARKS = (
     fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
     report,
     calibrate_ranges,  # ~3 minutes: how often the range verdict moves a range wrongly
-    calibrate_lengths,  # ~1 minute: the same for the length verdict
+    calibrate_lengths,  # ~30 seconds: the same for the length verdict
+    calibrate_transfer,  # ~1 minute: how often the transfer verdict warns, or reassures, wrongly
     procedure,
     ghost_batch_norm,
     multi_process,

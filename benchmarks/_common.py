@@ -187,3 +187,39 @@ def busy_study(folder: Path, name: str, busy_s: float, steps: int, trials: int) 
     path = folder / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path
+
+
+def calibration_arguments(name: str, doc: str, quick: str) -> tuple[int, bool]:
+    """A verdict calibration's command line (``python -m benchmarks.<name> [--repetitions N]
+    [--quick]``): the repetitions of every case, and whether ``quick`` (``quick`` says what it
+    runs: 10 repetitions of fewer cases, a smoke test)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc.split("\n")[0])
+    parser.add_argument("--repetitions", type=int, default=200, help="of every case (default 200)")
+    parser.add_argument("--quick", action="store_true", help=quick)
+    args = parser.parse_args()
+    return (10 if args.quick else args.repetitions), args.quick
+
+
+def calibration_study(folder: Path, steps: int, eval_every: int, rounds: dict[str, object]) -> Path:
+    """``folder/calibration.yaml``: a study whose rounds a verdict calibration plans for real (its
+    trials are simulated, never trained): digits-mlp, the LR searched, ``rounds`` as given."""
+    import yaml
+
+    document = {
+        "name": "calibration",
+        "workload": {"name": "digits-mlp", "options": {"hidden_sizes": [16]}},
+        "objective": {"metric": "val/error_rate", "direction": "minimize"},
+        "training": {
+            "batch_size": 32,
+            "max_train_steps": steps,
+            "eval_every": eval_every,
+            "optimizer": {"name": "adamw", "lr": 1e-3},
+        },
+        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}},
+        "rounds": rounds,
+    }
+    path = folder / "calibration.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path

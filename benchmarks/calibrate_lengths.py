@@ -30,13 +30,12 @@ on the verdicts page of the docs.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import Result, report
+from benchmarks._common import Result, calibration_arguments, calibration_study, report
 
 NAME = "calibrate_lengths"
 STEPS, EVAL_EVERY = 1000, 50
@@ -85,27 +84,11 @@ def round_attrs() -> dict[str, Any]:
     import tempfile
     from pathlib import Path
 
-    import yaml
-
     from tuner.playbook import start_round
     from tuner.spec import load_study
 
-    document = {
-        "name": "calibration",
-        "workload": {"name": "digits-mlp", "options": {"hidden_sizes": [16]}},
-        "objective": {"metric": "val/error_rate", "direction": "minimize"},
-        "training": {
-            "batch_size": 32,
-            "max_train_steps": STEPS,
-            "eval_every": EVAL_EVERY,
-            "optimizer": {"name": "adamw", "lr": 1e-3},
-        },
-        "search_space": {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
-        "rounds": {"round1": {"trials": 40, "steps": STEPS}},
-    }
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "calibration.yaml"
-        path.write_text(yaml.safe_dump(document))
+        path = calibration_study(Path(folder), STEPS, EVAL_EVERY, {"round1": {"trials": 40, "steps": STEPS}})
         started = start_round(load_study(path), "round-1", Path(folder) / "runs")
         return dict(started.study.user_attrs)
 
@@ -191,13 +174,8 @@ def run() -> list[Result]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.calibrate_lengths", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--repetitions", type=int, default=200, help="of every case (default 200)")
-    parser.add_argument("--quick", action="store_true", help="10 repetitions, 8 trials: a smoke test")
-    args = parser.parse_args()
-    tallies = calibrate(10, trials=(8,)) if args.quick else calibrate(args.repetitions)
+    repetitions, quick = calibration_arguments(NAME, __doc__, "10 repetitions, 8 trials: a smoke test")
+    tallies = calibrate(repetitions, trials=(8,)) if quick else calibrate(repetitions)
     print(table(tallies))
     report(NAME, results(tallies))
 

@@ -30,7 +30,6 @@ outside the outer fifth of the new range.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks._common import Result, report
+from benchmarks._common import Result, calibration_arguments, report
 
 NAME = "calibrate_ranges"
 LR_LOW, LR_HIGH = 1e-6, 1e-2
@@ -328,15 +327,9 @@ def run() -> list[Result]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.calibrate_ranges", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--repetitions", type=int, default=200, help="of every case (default 200)")
-    parser.add_argument("--quick", action="store_true", help="10 repetitions, 8 and 20 trials: a smoke test")
-    args = parser.parse_args()
-    repetitions = 10 if args.quick else args.repetitions
-    tallies = calibrate(10, trials=(8, 20)) if args.quick else calibrate(repetitions)
-    unlearned = calibrate_unlearned(repetitions, trials=(8, 20) if args.quick else TRIALS)
+    repetitions, quick = calibration_arguments(NAME, __doc__, "10 repetitions, 8 and 20 trials: a smoke test")
+    tallies = calibrate(repetitions, trials=(8, 20)) if quick else calibrate(repetitions)
+    unlearned = calibrate_unlearned(repetitions, trials=(8, 20) if quick else TRIALS)
     print(table(tallies))
     print()
     print(unlearned_table(unlearned))

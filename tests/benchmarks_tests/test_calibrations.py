@@ -3,7 +3,7 @@ code: a few repetitions of the clearest cases give the answer the truth gives.""
 
 from __future__ import annotations
 
-from benchmarks import calibrate_lengths, calibrate_ranges
+from benchmarks import calibrate_lengths, calibrate_ranges, calibrate_transfer
 
 
 def test_the_length_verdict_calls_clear_cases_by_their_truth() -> None:
@@ -31,3 +31,12 @@ def test_nothing_learned_moves_the_lr_range_up_only_when_the_loss_falls_toward_t
     assert tallies[("bowl inside", 20)].lr_up + tallies[("bowl inside", 20)].lr_down == 0
     results = {r.figure: r for r in calibrate_ranges.unlearned_results(tallies)}
     assert results["nothing learned: false moves, worst case"].passed is not None
+
+
+def test_the_transfer_verdict_neither_warns_on_a_held_ranking_nor_calls_a_reversed_one_good() -> None:
+    tallies = calibrate_transfer.calibrate(5, top_ks=(6,), seeds=(1,), examples=(2000,))
+    assert {key[0]: sum(t.values()) for key, t in tallies.items()} == {1.0: 5, 0.0: 5, -1.0: 5}
+    held, reversed_ = tallies[(1.0, 6, 1, 2000)], tallies[(-1.0, 6, 1, 2000)]
+    assert held["weak"] + held["reversed"] == 0 and held["good"] > 0
+    assert reversed_["good"] == 0 and reversed_["reversed"] > 0
+    assert "| +1 | 6 | 1 | 2,000 |" in calibrate_transfer.table(tallies)

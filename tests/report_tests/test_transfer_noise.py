@@ -203,3 +203,24 @@ def test_points_a_small_split_scores_alike_are_said_to_need_a_larger_split(tmp_p
         "be compared"
     )
     assert "a larger validation split would separate them" in correlation.advice
+
+
+def test_the_same_order_inside_the_noise_is_not_said_to_have_held(tmp_path: Path) -> None:
+    """With 3 points rho >= 0.5 comes by chance half the time: an order that agrees only by values
+    inside each other's noise says nothing about whether round 1's ranking held."""
+    report = report_of(_rounds(tmp_path, _errors(20, 21, 22, 40, 50), [[v] for v in _errors(9, 10, 11)]))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    correlation = only(transfer.findings, "rank_correlation")
+    assert correlation.spearman == pytest.approx(1.0)
+    assert (correlation.quality, correlation.kept_beyond_noise) == ("within_noise", 0)
+    assert "only inside the noise" in correlation.text and "held" not in correlation.text.split(":")[0]
+
+
+def test_the_same_order_beyond_the_noise_held(tmp_path: Path) -> None:
+    report = report_of(_rounds(tmp_path, _errors(10, 40, 80, 90, 100), [[v] for v in _errors(10, 40, 80)]))
+    transfer = report.phases[0].transfer
+    assert transfer is not None
+    correlation = only(transfer.findings, "rank_correlation")
+    assert (correlation.quality, correlation.level, correlation.kept_beyond_noise) == ("good", "ok", 3)
+    assert "ranking held at full length" in correlation.text

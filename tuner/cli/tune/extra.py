@@ -26,7 +26,7 @@ NONE_KIND = "extra_round_none"
 # what each transfer verdict means, for its one-line decision (the report's text has the numbers)
 TRANSFER_MEANING = {
     "good": "round 1's ranking held at full length",
-    "within_noise": "the order changed only inside the noise",
+    "within_noise": "the points differ only inside the noise: whether the ranking held cannot be told",
     "weak": "round 1's ranking held only weakly",
     "reversed": "round 1's ranking did not hold",
     "too_few": "too few points to tell",
