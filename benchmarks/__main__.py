@@ -11,6 +11,7 @@ import traceback
 from benchmarks import (
     calibrate_lengths,
     calibrate_ranges,
+    calibrate_sweep,
     calibrate_transfer,
     checkpoint_cost,
     cli_startup,
@@ -40,6 +41,7 @@ BENCHMARKS = (
     report,
     calibrate_ranges,  # ~3 minutes: how often the range verdict moves a range wrongly
     calibrate_lengths,  # ~30 seconds: the same for the length verdict
+    calibrate_sweep,  # seconds: the same for sweep-lr's 'validation best long before the fit'
     calibrate_transfer,  # ~1 minute: how often the transfer verdict warns, or reassures, wrongly
     procedure,
     ghost_batch_norm,

@@ -3,7 +3,7 @@ code: a few repetitions of the clearest cases give the answer the truth gives.""
 
 from __future__ import annotations
 
-from benchmarks import calibrate_lengths, calibrate_ranges, calibrate_transfer
+from benchmarks import calibrate_lengths, calibrate_ranges, calibrate_sweep, calibrate_transfer
 
 
 def test_the_length_verdict_calls_clear_cases_by_their_truth() -> None:
@@ -40,3 +40,10 @@ def test_the_transfer_verdict_neither_warns_on_a_held_ranking_nor_calls_a_revers
     assert held["weak"] + held["reversed"] == 0 and held["good"] > 0
     assert reversed_["good"] == 0 and reversed_["reversed"] > 0
     assert "| +1 | 6 | 1 | 2,000 |" in calibrate_transfer.table(tallies)
+
+
+def test_sweep_lr_says_memorised_on_noisy_labels_and_not_on_a_plateau() -> None:
+    tallies = calibrate_sweep.calibrate(5, seeds=(1,), noises=(0.003,))
+    assert tallies[("noisy 0.25", 1, 0.003)][True] >= 4
+    assert tallies[("plateau 0.4", 1, 0.003)][True] == 0 and tallies[("improving", 1, 0.003)][True] == 0
+    assert "| early | noisy 0.25 | 1 | 0.003 |" in calibrate_sweep.table(tallies)

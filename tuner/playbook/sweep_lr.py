@@ -38,7 +38,9 @@ Rules, and why:
 - **Validation best long before the fit**: when the fastest LR's objective (validation) was best
   at or before ``BEST_BEFORE_FIT`` (half) of its fit step (median over its seeds), the rest of the
   way to fitting the training set did not generalise: with noisy labels, fitting them is
-  memorising noise. The recommendation stays the fit step (the playbook's rule); the verdict
+  memorising noise, provided the objective got worse after that best beyond its noise where the
+  runs' curves are read (a pooled slope, ``curve_trend``): on a plateau the best eval lands
+  anywhere by noise. The recommendation stays the fit step (the playbook's rule); the verdict
   says so in one line, with the length that follows if the labels are noisy (2 x the best step,
   on the eval grid) and why; the report's best-step verdict checks it again after round 1.
 
@@ -48,6 +50,7 @@ Rules, and why:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from itertools import pairwise
 from typing import Literal
 
@@ -138,6 +141,26 @@ def _grid_too_high(rows: list[SweepRow], best_row: SweepRow | None) -> bool:
     return all(a <= b for a, b in pairwise(known)) and known[-1] > known[0]
 
 
+def _rose_after_best(trials: Iterable[SweepTrial], direction: str) -> bool:
+    """The objective got worse after its best step beyond its noise, pooled over the LR's seeds
+    (``curve_trend.rise_after_best``); True when the curves were not read or are too short to
+    tell, so the best step's position decides alone. On a plateau the best of many equal evals
+    lands anywhere on it, before half the fit in about a sixth of runs: the position alone said
+    "memorised" there (``benchmarks/calibrate_sweep.py``)."""
+    from tuner.playbook.curve_trend import rise_after_best
+
+    curves = [
+        (t.best_step, dict(t.curve))
+        for t in trials
+        if t.best_step is not None and t.curve and t.steps_trained > 0
+    ]
+    if not curves:
+        return True
+    length = max(t.steps_trained for t in trials)
+    rise = rise_after_best(curves, length, direction)
+    return rise.rising or not rise.testable
+
+
 def _all_diverged(rows: list[SweepRow]) -> bool:
     """At least one seed diverged and none fit or trained to the cap (infrastructure failures
     count as not run)."""
@@ -158,6 +181,7 @@ def analyze_sweep(
     direction: Literal["maximize", "minimize"] | None = None,
     study_ref: str = "STUDY",
     objective: str = "the objective",
+    objective_direction: Literal["maximize", "minimize"] = "minimize",
 ) -> SweepResult:
     """The table, the recommended ``max_train_steps`` and the verdicts (rules: module docstring).
 
@@ -245,7 +269,11 @@ def analyze_sweep(
                     )
                 )
         best_step = fastest.median_best_step
-        if best_step is not None and best_step <= BEST_BEFORE_FIT * fit_step:
+        if (
+            best_step is not None
+            and best_step <= BEST_BEFORE_FIT * fit_step
+            and _rose_after_best(groups[fastest.lr].values(), objective_direction)
+        ):
             noisy = max(eval_every, math.ceil(2 * best_step / eval_every) * eval_every)
             verdicts.append(
                 BestLongBeforeFit(
@@ -310,7 +338,11 @@ def analyze_sweep(
         too_high = _grid_too_high(rows, best_row)
         noisy = (
             max(eval_every, math.ceil(2 * best_step / eval_every) * eval_every)
-            if best_step is not None and best_step <= BEST_BEFORE_FIT * max_steps and not too_high
+            if best_step is not None
+            and best_step <= BEST_BEFORE_FIT * max_steps
+            and not too_high
+            and best_row is not None
+            and _rose_after_best(groups[best_row.lr].values(), objective_direction)
             else None
         )
         early = (

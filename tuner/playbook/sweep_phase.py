@@ -13,8 +13,8 @@ recommendation is stored for later phases.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.errors import SpecError, UsageError
 from tuner.playbook.plan import FitTarget, SlotPlan, StoredPlan
@@ -116,16 +116,19 @@ def sweep_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan:
     return plan
 
 
-def sweep_trials(trials: Iterable[Any]) -> list[Any]:
+def sweep_trials(trials: Iterable[Any], curves: Mapping[int, Mapping[int, float]] | None = None) -> list[Any]:
     """The phase's trials (Optuna ``FrozenTrial``s or ``StoredTrial``s) as ``SweepTrial``s,
-    retried attempts (and failures a later attempt replaced) and duplicates left out."""
+    retried attempts (and failures a later attempt replaced) and duplicates left out; ``curves``:
+    trial number -> its objective at each eval, where the reader loads them apart."""
     from tuner.orchestrate.budget import superseded
     from tuner.orchestrate.duplicates import counted
     from tuner.playbook.sweep_lr import sweep_trial_from_optuna
 
     live = counted(list(trials))
     replaced = superseded(live)
-    found = [sweep_trial_from_optuna(t) for t in live if t.number not in replaced]
+    found = [
+        sweep_trial_from_optuna(t, (curves or {}).get(t.number)) for t in live if t.number not in replaced
+    ]
     return [t for t in found if t is not None]
 
 
@@ -136,15 +139,21 @@ def sweep_result(phase_study: Any, stored: StoredPlan, study_ref: str = "STUDY")
     return sweep_result_of(with_retries(phase_study.get_trials, False), stored, study_ref)
 
 
-def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = "STUDY") -> SweepResult:
-    """``sweep_result`` from trials already read (the report reads them its own way)."""
+def sweep_result_of(
+    trials: Iterable[Any],
+    stored: StoredPlan,
+    study_ref: str = "STUDY",
+    curves: Mapping[int, Mapping[int, float]] | None = None,
+) -> SweepResult:
+    """``sweep_result`` from trials already read (the report reads them, and ``curves``: trial
+    number -> its objective at each eval, its own way)."""
     from tuner.playbook.sweep_lr import analyze_sweep
 
     assert stored.fit is not None
     grid = sorted({slot.values[LR_PARAM] for slot in stored.slots})
     seeds = 1 + max((slot.attrs.get("seed_index", 0) for slot in stored.slots), default=0)
     return analyze_sweep(
-        sweep_trials(trials),
+        sweep_trials(trials, curves),
         grid=grid,
         max_steps=stored.trial_steps,
         eval_every=int(stored.config["training"]["eval_every"]),
@@ -154,6 +163,15 @@ def sweep_result_of(trials: Iterable[Any], stored: StoredPlan, study_ref: str = 
         direction=stored.fit.direction,
         study_ref=study_ref,
         objective=str(stored.config.get("objective", {}).get("metric", "the objective")),
+        objective_direction=objective_direction(stored.config),
+    )
+
+
+def objective_direction(config: dict[str, Any]) -> Literal["maximize", "minimize"]:
+    """The study objective's direction, as the plan stored it."""
+    objective = config.get("objective", {})
+    return (
+        "maximize" if isinstance(objective, dict) and objective.get("direction") == "maximize" else "minimize"
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -59,6 +59,9 @@ class SweepTrial:
     failure_reason: str | None = None  # on FAILED / DIVERGED: the worker's failure_reason
     best_step: int | None = None  # where the objective (validation) was best, on a finished trial
     outpaced_at: int | None = None  # on CANNOT_WIN: the fit step it could no longer beat
+    # the objective at each eval (step, value), when the reader has it: whether it rose after
+    # its best beyond the noise (``curve_trend``); empty: not read, the best step alone decides
+    curve: tuple[tuple[int, float], ...] = ()
 
 
 def _attr_int(value: Any) -> int | None:
@@ -69,7 +72,7 @@ def _attr_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
+def sweep_trial_from_optuna(trial: Any, curve: Mapping[int, float] | None = None) -> SweepTrial | None:
     """A :class:`SweepTrial` from an Optuna ``FrozenTrial`` (anything with ``params``, ``state``,
     ``user_attrs``, ``number``); ``None`` for a trial that does not count:
 
@@ -80,7 +83,8 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
     ``failure_reason == "diverged"``, else FAILED; PRUNED with ``outpaced_at`` (stopped because
     another LR fit sooner, ``tuner.orchestrate.outpaced``) is CANNOT_WIN, any other PRUNED FAILED.
     A CANNOT_WIN trial has no ``best_step``: its objective's best is cut off at its stop, not
-    where it would have been (the "val best at" column leaves it out).
+    where it would have been (the "val best at" column leaves it out). ``curve``: the objective
+    at each eval when the reader loaded it apart (else the trial's ``intermediate_values``).
     """
     attrs = dict(trial.user_attrs)
     params = dict(trial.params)
@@ -123,7 +127,14 @@ def sweep_trial_from_optuna(trial: Any) -> SweepTrial | None:
         if outcome.finished and outcome is not SweepOutcome.CANNOT_WIN
         else None,
         outpaced_at=_attr_int(attrs.get("outpaced_at")) if outcome is SweepOutcome.CANNOT_WIN else None,
+        curve=_curve_of(trial, curve),
     )
+
+
+def _curve_of(trial: Any, curve: Mapping[int, float] | None) -> tuple[tuple[int, float], ...]:
+    """The trial's reported objective at each eval; empty when the reader did not load them."""
+    values = curve if curve is not None else getattr(trial, "intermediate_values", None) or {}
+    return tuple(sorted((int(step), float(value)) for step, value in values.items()))
 
 
 # -- rows -------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from tuner.playbook.curve_trend import CurveTrend, late_trend, rise_after_best
 from tuner.report.after_best import RISE, AfterBest, error_of, worsening_top, worsens_verdict
-from tuner.report.curve_trend import CurveTrend, late_trend, rise_after_best
 from tuner.report.eval_grid import (
     LATE,
     MIN_EVALS,

@@ -172,7 +172,7 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     report.learning = diagnose_learning(phase)
     learned = report.learning is None or report.learning.learned  # else ranges and lengths are noise
     if phase.kind == "sweep-lr":
-        report.sweep = _sweep(phase)
+        report.sweep = _sweep(data, phase)
     else:
         ranked = [s for s in phase.completed if s.position is not None]
         # the top trials (worse after an early best?) and the best-ranked late ones (still falling?)
@@ -192,13 +192,16 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     return report
 
 
-def _sweep(phase: PhaseData) -> Any:
+def _sweep(data: StudyData, phase: PhaseData) -> Any:
     from tuner.playbook.sweep_phase import sweep_result_of
 
     if phase.plan is None or phase.plan.fit is None:
         return None
     trials = [trial for slot in phase.slots for trial in slot.attempts]
-    return sweep_result_of(trials, phase.plan, study_ref=phase.study_file or "STUDY")
+    # the objective's curves: "validation best long before the fit" asks whether it rose after
+    numbers = [t.number for t in trials]
+    curves = data.reader.intermediate_values(phase.study, phase.phase, numbers) if data.reader else None
+    return sweep_result_of(trials, phase.plan, study_ref=phase.study_file or "STUDY", curves=curves)
 
 
 def _next_steps(report: PhaseReport) -> list[str]:
