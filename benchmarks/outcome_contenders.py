@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -99,8 +100,11 @@ def cpu_s() -> float:
 def run_contender(
     contender: Contender, document: dict[str, Any], guess: int, budget: int, folder: Path
 ) -> tuple[Delivered, float, float]:
-    """Run one contender in ``folder``: what it delivered, its CPU and wall seconds."""
-    folder.mkdir(parents=True, exist_ok=False)
+    """Run one contender in ``folder``: what it delivered, its CPU and wall seconds. A folder
+    already there is an interrupted run's (its result was never recorded): it starts again."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
     started_cpu, elapsed = cpu_s(), stopwatch()
     if contender.name in SWEEP_THEN_SEARCH:
         delivered = run_sweep_then_search(document, folder, budget, SWEEP_THEN_SEARCH[contender.name])

@@ -101,6 +101,14 @@ def test_quick_mode_runs_every_contender_on_a_workload(tmp_path: Path) -> None:
     assert "seed 1 tuner: test" not in again.stdout and "| tuner |" in again.stdout
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == runs
 
+    # a run interrupted before its result was recorded left its folder: a re-run starts it again
+    written["runs"] = [r for r in runs if r["contender"] != "random@guess"]
+    (tmp_path / "results.json").write_text(json.dumps(written))
+    assert (tmp_path / "teacher" / "seed-1" / "random@guess").is_dir()
+    resumed = _benchmark("--quick", "--workloads", "teacher", "--output-dir", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "seed 1 random@guess: test" in resumed.stdout and "FAILED" not in resumed.stdout
+
 
 def test_an_output_folder_of_another_commit_is_not_continued(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text(json.dumps({"commit": "0123456789ab", "machine": {}, "runs": []}))
