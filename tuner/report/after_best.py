@@ -11,7 +11,9 @@ trial *worsens after its best* when, all bounds inclusive:
 - where the noise is measured (an error rate or accuracy whose eval-set size is known), the two
   values' 95% Wilson intervals do not overlap: a rise within the noise of one eval is no rise.
 The best-step verdict asks this of the top trials (``best_step.py``): what decides it is the
-position and how much worse the last eval is than the best, both said in its text.
+position and how much worse the last eval is than the best, both said in its text; it also asks
+their curves after the best for a rise beyond their noise, as large on the fitted line
+(``tuner.playbook.curve_trend``), since the best of many noisy evals sits below the curve.
 """
 
 from __future__ import annotations
@@ -142,7 +144,8 @@ def worsens_verdict(
         level=Level.WARNING,
         rule=f"best step <= {HALF:.0%} of max_train_steps and the last eval >= {RISE:.0%} worse (as "
         f"an error) and outside the best's noise, in at least {rule_top[0]} of the {rule_top[1]} best "
-        "trials",
+        "trials; and the error after their best steps rising beyond the curves' noise by as much on the "
+        "fitted line (where they allow a fit)",
         text=f"max_train_steps is too high: validation gets worse after an early best step in "
         f"{len(worsening)} of the top {top} trials (best at {pct(min(positions))}"
         + (f" to {pct(max(positions))}" if max(positions) > min(positions) else "")

@@ -308,7 +308,8 @@ def _verdict(
                 suggested_max_train_steps=suggested,
                 trend_tested=tested,
                 level=level,
-                rule=f"best step > {LATE:.0%} of max_train_steps in {CONSISTENT}",
+                rule=f"best step > {LATE:.0%} of max_train_steps in {CONSISTENT}, and the error still "
+                "falling between 50% and 75% of training beyond the curves' noise (where they allow a fit)",
                 text=text,
                 advice=advice,
             )
