@@ -248,31 +248,25 @@ def _verdict(
     ):
         _unresolved(phase, result, "whether the runs were still improving", shortest)
         return
-    late_by_position = late_top >= needed_top and late_all >= half
-    late_curves = [curves[s.slot] for s in ranked if (s.position or 0.0) > LATE and s.slot in curves]
-    trend = late_trend(late_curves, trial_steps, phase.direction) if late_by_position else None
-    if late_by_position and trend is not None and trend.testable and not trend.falling:
-        median = statistics.median(values)
-        result.findings.append(
-            BestStepFine(
-                median_position=median,
-                early_all=early_all,
-                late_all=late_all,
-                completed=len(values),
+    if late_top >= needed_top and late_all >= half:
+        late_curves = [curves[s.slot] for s in ranked if (s.position or 0.0) > LATE and s.slot in curves]
+        trend = late_trend(late_curves, trial_steps, phase.direction)
+        if trend.testable and not trend.falling:
+            _fine(
+                result,
+                values,
+                early_all,
+                late_all,
                 late_but_flat=True,
-                level=Level.OK,
-                rule=f"late (> {LATE:.0%}) in {CONSISTENT}, and the error falling beyond its noise "
+                rule=f"late (> {LATE:.0%}) in {CONSISTENT}, but the error not falling beyond its noise "
                 "between 50% and 75% of training",
                 text=f"max_train_steps looks right: best checkpoints come in the last 25% of training "
                 f"({late_top} of the top {len(top)}, {late_all} of {len(values)} completed), but "
                 f"{trend.describe()}: a plateau or a settling schedule, not runs cut short",
             )
-        )
-        return
-    if late_by_position:
+            return
         numbers = f"{late_top} of the top {len(top)}, {late_all} of {len(values)} completed"
-        tested = trend is not None and trend.falling
-        evidence = trend.describe() if trend is not None else "no learning curves to test the trend"
+        evidence = trend.describe()
         short = production is not None and trial_steps < production
         suggested: int | None = None
         if short:  # short trials by design (round 1): not a verdict on the production length
@@ -306,7 +300,7 @@ def _verdict(
                 completed=len(values),
                 short_round=short,
                 suggested_max_train_steps=suggested,
-                trend_tested=tested,
+                trend_tested=trend.falling,
                 level=level,
                 rule=f"best step > {LATE:.0%} of max_train_steps in {CONSISTENT}, and the error still "
                 "falling between 50% and 75% of training beyond the curves' noise (where they allow a fit)",
@@ -320,17 +314,39 @@ def _verdict(
         result.suggestions.append(Suggestion(("training", "max_train_steps"), trial_steps, suggested, reason))
         return
     median = statistics.median(values)
+    _fine(
+        result,
+        values,
+        early_all,
+        late_all,
+        rule=f"neither early (<= {EARLY:.0%}) nor late (> {LATE:.0%}) in {CONSISTENT}",
+        text=f"max_train_steps looks right: best steps spread over training (median at "
+        f"{pct(median)}; {early_all} in the first 10%, {late_all} in the last 25%, of "
+        f"{len(values)} completed)",
+    )
+
+
+def _fine(
+    result: BestStepResult,
+    values: list[float],
+    early_all: int,
+    late_all: int,
+    *,
+    rule: str,
+    text: str,
+    late_but_flat: bool = False,
+) -> None:
+    """The verdict that the length looks right, with its numbers."""
     result.findings.append(
         BestStepFine(
-            median_position=median,
+            median_position=statistics.median(values),
             early_all=early_all,
             late_all=late_all,
             completed=len(values),
+            late_but_flat=late_but_flat,
             level=Level.OK,
-            rule=f"neither early (<= {EARLY:.0%}) nor late (> {LATE:.0%}) in {CONSISTENT}",
-            text=f"max_train_steps looks right: best steps spread over training (median at "
-            f"{pct(median)}; {early_all} in the first 10%, {late_all} in the last 25%, of "
-            f"{len(values)} completed)",
+            rule=rule,
+            text=text,
         )
     )
 
