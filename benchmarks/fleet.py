@@ -35,7 +35,7 @@ for R = ``RUNNING_TRIALS``; the slope is the cost of one running trial to every 
 
 Trials per W: ``max(MIN_TRIALS, TRIALS_PER_WORKER x W)``, so each worker runs several.
 On a 2-core machine W >= 4 measures contention more than scale: the figures say what one host's
-storage round trips and locks cost; ``docs/scale.md`` extrapolates from them.
+storage round trips and locks cost; ``docs/design/scale.md`` extrapolates from them.
 
 Run alone: ``python -m benchmarks.fleet [--workers 1,2,4] [--storages postgresql,grpc,sqlite,journal]``.
 """

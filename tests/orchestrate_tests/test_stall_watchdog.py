@@ -1,6 +1,6 @@
 """The progress watchdog: a trial hung in workload code is noticed without any trial timeout.
 
-The rule (README, "Failures"): no new training step for max(stall_multiple x the trial's own
+The rule (docs/guide/scale-out.md, "Failures"): no new training step for max(stall_multiple x the trial's own
 median step time, stall_min_s) means ``stalled``: the trial is killed and recorded as such. The
 study file sets the floor small here; the default (5 minutes) is what a user gets.
 """

@@ -396,7 +396,7 @@ def test_a_password_in_the_storage_url_never_reaches_the_pointer(
     assert message.endswith(
         f"storage.json names {redact_url(with_password)}, whose password "
         "tuner never writes down: give it with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD "
-        "(README: Secrets)"
+        "(docs: Scaling out, Secrets)"
     ), message
 
 

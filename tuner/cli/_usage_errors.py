@@ -2,7 +2,7 @@
 
 A mistyped command line (``--max-searches abc``, a missing ``STUDY``, ``--bogus``, an unknown
 command) got click's four lines: the usage line, a hint, a blank line and ``Error: ...`` last.
-Every other bad input tuner meets is one line starting ``error:`` with exit 2 (the README's
+Every other bad input tuner meets is one line starting ``error:`` with exit 2 (the docs'
 promise, and what scripts grep for), so these are too: the message, then where help is.
 
 Which class: typer raises click's ``UsageError``, from click itself (older typer) or from the

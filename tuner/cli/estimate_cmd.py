@@ -2,7 +2,7 @@
 still planned.
 
 The figures come from ``tuner.playbook.estimate``; this module only prints them (a table, or
-``--json`` with the keys the README documents).
+``--json`` with the keys docs/guide/estimate.md documents).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``tuner storage-proxy``: serve a study database to many machines through one gRPC proxy.
 
 Workers far away then reach the database through the proxy (``grpc://HOST:PORT``) instead of
-holding PostgreSQL connections of their own (``docs/scale.md``). Every command works through
+holding PostgreSQL connections of their own (``docs/design/scale.md``). Every command works through
 it (``run-round``, ``worker``, ``sweep-lr``, ``tune``, ``report``, ``list``, ``validate``): claims
-need no database lock there (``docs/claim-protocol.md``).
+need no database lock there (``docs/design/claim-protocol.md``).
 
 The proxy has no TLS and no authentication, so it listens on 127.0.0.1 unless ``--allow-remote``
 is given together with another ``--host``; then it says, once, what that exposes.
@@ -58,7 +58,7 @@ def storage_proxy(
             raise UsageError(
                 f"--host {host} lets other machines reach the proxy, which has no TLS and no "
                 "authentication: add --allow-remote on a private network, or keep 127.0.0.1 and "
-                "reach it through an SSH tunnel (README: tuner storage-proxy)"
+                "reach it through an SSH tunnel (docs: Scaling out, A gRPC storage proxy)"
             )
         warning_line(
             f"listening on {host}:{port} with no TLS and no authentication: anyone who reaches this "

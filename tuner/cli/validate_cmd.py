@@ -196,7 +196,7 @@ def notes(spec: StudySpec, production: ProductionLength) -> list[str]:
     if spec.storage is not None and redact_storage_url(spec.storage) != spec.storage:
         lines.append(
             "storage holds a password: tuner keeps it out of run folders and output, but the study file "
-            "now holds a secret; prefer $TUNER_STORAGE or ~/.pgpass (see the README, Secrets)"
+            "now holds a secret; prefer $TUNER_STORAGE or ~/.pgpass (see the docs: Scaling out, Secrets)"
         )
     return lines
 

@@ -34,7 +34,7 @@ class DamagedStorageError(UsageError):
             f"command running, in {shown_path(path.parent)}: keep a copy (cp {name} {name}.damaged), run "
             f"`sqlite3 {name} .recover | sqlite3 recovered.db`, check recovered.db with tuner report "
             f"--storage, then move it over {name} and delete {name}-wal and {name}-shm "
-            "(README: A damaged study.db)"
+            "(docs: Scaling out, A damaged study.db)"
         )
 
 

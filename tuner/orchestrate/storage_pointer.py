@@ -6,9 +6,9 @@ storage proxy) left nothing there to find: its run folders sat under ``<output>/
 ``tuner list`` said "no study storage", and ``tuner report`` or round 2 without ``--storage``
 found nothing. Each phase that starts now writes
 ``<output>/<study>/storage.json`` when its storage is not the default one: the URL with any
-password masked (a password is never written down, README: Secrets). A URL that carried one is
+password masked (a password is never written down, docs: Scaling out, Secrets). A URL that carried one is
 marked, and ``tuner list`` then asks for ``--storage`` instead of trying ``***``; a URL without
-one (the password in ``~/.pgpass`` or ``$PGPASSWORD``, as the README advises) just works.
+one (the password in ``~/.pgpass`` or ``$PGPASSWORD``, as the docs advise) just works.
 A command given no storage (no ``--storage``, ``$TUNER_STORAGE`` or ``storage`` in the study
 file) uses the one the pointer names (``storage.resolve_storage_url``).
 """
@@ -124,5 +124,5 @@ def password_hint(folder: Path) -> str:
         return ""
     return (
         f"; {pointer.pointer} names {pointer.url}, whose password tuner never writes down: give it "
-        "with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD (README: Secrets)"
+        "with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD (docs: Scaling out, Secrets)"
     )

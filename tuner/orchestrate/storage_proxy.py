@@ -1,7 +1,7 @@
 """``tuner storage-proxy``: Optuna's gRPC storage proxy in front of tuner's database.
 
 Many workers then hold a gRPC channel to the proxy instead of 2 to 5 PostgreSQL connections each
-(``docs/scale.md``); the proxy holds ``threads`` connections. It is Optuna's own server
+(``docs/design/scale.md``); the proxy holds ``threads`` connections. It is Optuna's own server
 (``run_grpc_proxy_server``'s ``make_server``, via ``_optuna_adapter.grpc_proxy_server``) around
 Optuna's cached storage (``optuna.storages.get_storage`` of an ``RDBStorage``), as Optuna's
 documentation asks: nothing of tuner's runs inside a request.

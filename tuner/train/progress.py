@@ -11,7 +11,7 @@ from tuner.train.events import Callback
 # A plain line is printed as it is: no markup, no emoji codes, no highlighting (a log file shows
 # no colours, and a name or metric is never markup). It also spares a process that never printed
 # one before rich's first regexes and emoji table (5 ms in a bare forked process; a worker's trials
-# showed no difference in the orchestration benchmark: measured side by side, README).
+# showed no difference in the orchestration benchmark: measured side by side, docs/benchmarks.md).
 _PLAIN: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
 
 

@@ -199,7 +199,7 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     # The cap even when the sweep saw validation peak early (its nothing-fits verdict's
     # noisy_labels_steps): measured on the outcome benchmark's noisy labels, rounds at 2 x that
     # best step gave no better test error for 3x the CPU (hundreds of tiny round-1 trials), and
-    # each run's retrospective best checkpoint keeps the early best anyway (README, tuner tune).
+    # each run's retrospective best checkpoint keeps the early best anyway (docs/guide/tune.md).
     early = _nothing_fits_early(context, loaded)
     why = "compute-bound: longer keeps helping"
     numbers: dict[str, object] = {"max_train_steps": cap}
