@@ -13,8 +13,9 @@ import typer
 from pydantic import BaseModel, Field
 
 from tuner.cli.app import app
-from tuner.cli.reference import cli_reference, command_rows, field_rows, study_file_reference
+from tuner.cli.reference import SECTIONS, cli_reference, command_rows, field_rows, study_file_reference
 from tuner.spec import StudySpec
+from tuner.spec._models import RoundsSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +39,8 @@ def test_every_study_file_field_has_a_description_and_a_row_in_the_reference() -
     page = study_file_reference()
     models = _models(StudySpec, set())
     assert len(models) >= 10  # the walk reaches the nested models, not just the top level
+    # each has a section of its own, but ``rounds`` (its round1, round2 share RoundSpec's section)
+    assert models - {section[1] for section in SECTIONS} == {RoundsSpec}
     for model in models:
         for key, _kind, _default, description in field_rows(model):
             assert description.strip(), f"{model.__name__}.{key}"

@@ -1,7 +1,7 @@
 """The reference pages of the docs site, rendered from the code so that they cannot drift.
 
 ``study_file_reference()`` documents every study-file field from the pydantic models' own
-descriptions (each field's docstring in ``tuner/spec/_models.py``); ``cli_reference()`` every
+descriptions (each field's docstring in ``tuner/spec/_*models.py``); ``cli_reference()`` every
 command, argument and option from this app's help texts. A field or an option without a
 description raises ``ValueError`` naming it, so the docs build (``make docs``) fails on it.
 """
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from tuner._atomic import atomic_write_text
 from tuner.cli.app import app
 from tuner.spec import StudySpec
 from tuner.spec._models import (
@@ -36,7 +37,7 @@ from tuner.spec._models import (
 
 
 def _type_name(annotation: Any) -> str:
-    """``int | None`` -> ``int or null``; ``Literal['a', 'b']`` -> ``"a", "b"``: what YAML takes."""
+    """``int | None`` -> ``integer or null``; ``Literal['a', 'b']`` -> ```a`, `b```: what YAML takes."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if not isinstance(a, FieldInfo)]
     if origin is typing.Annotated:
@@ -76,17 +77,18 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str,
     for name, field in model.model_fields.items():
         if not field.description:
             raise ValueError(f"{model.__name__}.{name} has no description")
-        description = " ".join(field.description.split())
-        rows.append((f"{prefix}{name}", _type_name(field.annotation), _default(field), description))
+        rows.append((f"{prefix}{name}", _type_name(field.annotation), _default(field), field.description))
     return rows
+
+
+def _cell(text: str) -> str:
+    """A help or description text as one Markdown table cell: one line, no column breaks."""
+    return " ".join(text.split()).replace("|", "&#124;")
 
 
 def _table(rows: list[tuple[str, str, str, str]]) -> str:
     lines = ["| field | type | default | description |", "| --- | --- | --- | --- |"]
-    lines += [
-        f"| `{key}` | {kind} | {default} | {text.replace('|', '&#124;')} |"
-        for key, kind, default, text in rows
-    ]
+    lines += [f"| `{key}` | {kind} | {default} | {_cell(text)} |" for key, kind, default, text in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -175,15 +177,15 @@ def cli_reference() -> str:
             raise ValueError(f"tuner {name} has no help")
         usage = " ".join(command.collect_usage_pieces(typer.Context(command, info_name=name)))
         parts.append(f"## `tuner {name}`\n\n```\ntuner {name} {usage}\n```\n\n")
-        parts.append(inspect_help(command.help) + "\n\n")
+        parts.append(_help_markdown(command.help) + "\n\n")
         parts.append("| argument or option | default | meaning |\n| --- | --- | --- |\n")
         for names, default, text in command_rows(command):
-            parts.append(f"| {names} | {default} | {' '.join(text.split()).replace('|', '&#124;')} |\n")
+            parts.append(f"| {names} | {default} | {_cell(text)} |\n")
         parts.append("\n")
     return "".join(parts)
 
 
-def inspect_help(text: str) -> str:
+def _help_markdown(text: str) -> str:
     """A command's help as Markdown: click's ``\\b`` no-rewrap markers dropped."""
     return re.sub(r"^\s*\x08\s*$", "", text, flags=re.MULTILINE).strip()
 
@@ -200,7 +202,7 @@ def write_pages(folder: str | Path) -> list[Path]:
     written = []
     for name, render in PAGES.items():
         path = folder / name
-        path.write_text(render(), encoding="utf-8")
+        atomic_write_text(path, render(), durable=False)
         written.append(path)
     return written
 
