@@ -48,7 +48,7 @@ from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
 from tuner.train.progress import ProgressCallback
 from tuner.train.rng import derive_seed
-from tuner.train.run import build_evaluator, cross_entropy_per_item
+from tuner.train.run_parts import build_evaluator, cross_entropy_per_item
 from tuner.train.schedules import build_schedule
 from tuner.workloads import Workload
 

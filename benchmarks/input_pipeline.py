@@ -48,7 +48,7 @@ from tuner.train.data import StepBatches
 from tuner.train.events import Callback
 from tuner.train.loop import Trainer
 from tuner.train.optimizers import build_optimizer
-from tuner.train.run import cross_entropy_per_item
+from tuner.train.run_parts import cross_entropy_per_item
 from tuner.train.schedules import build_schedule
 from tuner.workloads import Workload, WorkloadContext
 from tuner.workloads.digits import build_mlp

@@ -24,8 +24,7 @@ Measured as whole commands (a fresh process each, imports included), interleaved
 ``ROUNDS`` rounds in alternating order, medians:
 
 - ``python -m tuner report digits-mlp --json --storage sqlite:///FILE``: target < 2 s;
-- the same with ``--html OUT.html`` (terminal report + HTML file): target < 10 s and < 15 MB
-  (reported "not available" while ``tuner/report/html.py`` does not exist);
+- the same with ``--html OUT.html`` (terminal report + HTML file): target < 10 s and < 15 MB;
 - the baseline: a process running ``optuna.load_study`` + ``study.trials_dataframe()`` on the
   same file (what a user scripting Optuna does to look at a study), and the ratio.
 
@@ -319,10 +318,6 @@ def _command(args: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     return seconds, done
 
 
-def html_available() -> bool:
-    return (REPO_ROOT / "tuner" / "report" / "html.py").exists()
-
-
 def run() -> list[Result]:
     path, origin = study_file()
     trials = json.loads(path.with_suffix(".json").read_text())["trials"]
@@ -352,9 +347,11 @@ def run() -> list[Result]:
             seen["html_mb"] = html_path.stat().st_size / 1e6
             return seconds
 
-        runs = {"tuner report --json": as_json, "optuna load_study + trials_dataframe": optuna_baseline}
-        if html_available():
-            runs["tuner report --html"] = as_html
+        runs = {
+            "tuner report --json": as_json,
+            "optuna load_study + trials_dataframe": optuna_baseline,
+            "tuner report --html": as_html,
+        }
         print(f"== {NAME}: {trials} trials x {EVALS} evals in SQLite; {origin}")
         times = interleaved(runs, ROUNDS, label=NAME)
     json_s = median(times["tuner report --json"])
@@ -373,21 +370,15 @@ def run() -> list[Result]:
         Result(NAME, "optuna load_study + trials_dataframe", optuna_s, "{:.2f} s"),
         Result(NAME, "optuna / tuner report --json", ratio.median, "{:.1f}x"),
     ]  # fmt: skip
-    if html_available():
-        html_s = median(times["tuner report --html"])
-        print(
-            f"  tuner report --html {html_s:.2f}s ({spread(times['tuner report --html'])}), "
-            f"{seen['html_mb']:.2f} MB"
-        )
-        results += [
-            Result(NAME, "tuner report --html, 10k trials", html_s, "{:.2f} s", f"< {HTML_TARGET_S:g} s",
-                   html_s < HTML_TARGET_S),
-            Result(NAME, "html file size", seen["html_mb"], "{:.2f} MB", f"< {HTML_TARGET_MB:g} MB",
-                   seen["html_mb"] < HTML_TARGET_MB),
-        ]  # fmt: skip
-    else:
-        print("  tuner report --html: not available (no tuner/report/html.py in this checkout)")
-        results.append(Result(NAME, "tuner report --html, 10k trials", math.nan, "not available"))
+    html_s = median(times["tuner report --html"])
+    html_spread = spread(times["tuner report --html"])
+    print(f"  tuner report --html {html_s:.2f}s ({html_spread}), {seen['html_mb']:.2f} MB")
+    results += [
+        Result(NAME, "tuner report --html, 10k trials", html_s, "{:.2f} s", f"< {HTML_TARGET_S:g} s",
+               html_s < HTML_TARGET_S),
+        Result(NAME, "html file size", seen["html_mb"], "{:.2f} MB", f"< {HTML_TARGET_MB:g} MB",
+               seen["html_mb"] < HTML_TARGET_MB),
+    ]  # fmt: skip
     results.append(Result(NAME, "study generation (one-time, cached)", generation_s, "{:.0f} s"))
     return results
 

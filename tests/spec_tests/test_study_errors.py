@@ -16,7 +16,7 @@ import pytest
 from tests._processes import PATIENCE_S
 from tests.spec_tests._support import BASE_YAML, invoke, mutate, plain, single_error, write_study
 
-BUILTIN_LIST = "char-lm, digits-cnn, digits-mlp, imbalanced"
+BUILTIN_LIST = "char-lm, digits-cnn, digits-mlp, imbalanced, regression"
 TOP_LEVEL_FIELDS = (
     "name, description, seed, search_seed, workload, objective, training, search_space, sweep_lr, rounds, "
     "storage"

@@ -14,7 +14,8 @@ import torch
 from tuner.train import Ranks, launch
 from tuner.train.distributed import average_batch_norm_stats, gather_objects
 from tuner.train.evaluation import Evaluator
-from tuner.train.run import cross_entropy_per_item
+from tuner.train.regression_metrics import squared_error_per_item
+from tuner.train.run_parts import cross_entropy_per_item
 from tuner.workloads import IGNORE_INDEX
 
 METRICS = ("loss", "accuracy", "top5_accuracy", "mcc", "per_class")
@@ -42,9 +43,31 @@ def evaluator(dataset: Any, ranks: Ranks) -> Evaluator:
     )
 
 
+def regression_case() -> tuple[torch.nn.Module, torch.utils.data.TensorDataset]:
+    """23 real-valued targets and a one-wide head: batches of 4 leave a partial one."""
+    generator = torch.Generator().manual_seed(8)
+    inputs, targets = torch.randn(23, 5, generator=generator), torch.randn(23, generator=generator) * 3 + 1
+    torch.manual_seed(4)
+    return torch.nn.Linear(5, 1), torch.utils.data.TensorDataset(inputs, targets)
+
+
+def regression_evaluator(dataset: Any, ranks: Ranks) -> Evaluator:
+    return Evaluator(
+        {"val": dataset},
+        loss_fn=squared_error_per_item,
+        metrics=("loss", "mse", "mae", "r2"),
+        num_classes=0,
+        batch_size=4,
+        ranks=ranks,
+        regression=True,
+    )
+
+
 def check(ranks: Ranks) -> dict[str, Any] | None:
     model, dataset = eval_case()
     metrics, _ = evaluator(dataset, ranks).run(model)
+    regression_model, regression_data = regression_case()
+    regression_metrics, _ = regression_evaluator(regression_data, ranks).run(regression_model)
 
     norm = torch.nn.BatchNorm1d(4)
     norm.running_mean.fill_(float(ranks.rank + 1))  # rank 0: 1.0, rank 1: 2.0
@@ -54,7 +77,7 @@ def check(ranks: Ranks) -> dict[str, Any] | None:
     after = gather_objects({k: v.clone() for k, v in norm.state_dict().items()}, ranks)
     if not ranks.is_main:
         return None
-    return {"metrics": metrics, "bn_before": before, "bn_after": after}
+    return {"metrics": metrics, "regression": regression_metrics, "bn_before": before, "bn_after": after}
 
 
 if __name__ == "__main__":

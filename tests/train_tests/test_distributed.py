@@ -22,7 +22,7 @@ import yaml
 
 from tests._processes import finish, run, wait_for
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, sqlite_url, start_tuner, tuner_env
-from tests.train_tests.ddp_checks import eval_case, evaluator
+from tests.train_tests.ddp_checks import eval_case, evaluator, regression_case, regression_evaluator
 from tuner.errors import UsageError
 from tuner.orchestrate import local_workers
 from tuner.spec import load_study
@@ -100,6 +100,18 @@ def test_sharded_evaluation_equals_one_process_with_partial_batches_and_padding(
         # counts are exact; the loss is a float32 forward over other batch sizes (last bits differ)
         tolerance = 1e-6 if name == "val/loss" else 0
         assert collective_results["metrics"][name] == pytest.approx(value, rel=tolerance, abs=0), name
+
+
+def test_sharded_regression_evaluation_equals_one_process(collective_results: dict[str, Any]) -> None:
+    model, dataset = regression_case()
+    single, _ = regression_evaluator(dataset, Ranks()).run(model)
+    assert (
+        collective_results["regression"].keys()
+        == single.keys()
+        == {"val/loss", "val/mse", "val/mae", "val/r2"}
+    )
+    for name, value in single.items():  # float64 sums of float32 outputs: the last bits may differ
+        assert collective_results["regression"][name] == pytest.approx(value, rel=1e-6), name
 
 
 def test_batch_norm_statistics_are_the_mean_of_the_ranks_after_the_sync(

@@ -10,7 +10,7 @@ import torch
 from tuner.train import Evaluator, StepBatches, run_training
 from tuner.train.build import build_workload
 from tuner.train.rng import derive_seed
-from tuner.train.run import cross_entropy_per_item
+from tuner.train.run_parts import cross_entropy_per_item
 
 
 def test_csv_columns_are_fixed_from_the_first_row(make_study, tmp_path: Path) -> None:

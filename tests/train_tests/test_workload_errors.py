@@ -159,7 +159,8 @@ def test_a_model_of_torchs_layers_only_that_raises_is_the_workloads_error(tmp_pa
         pytest.param(
             {"float_targets": True},
             "the workload's targets are float32; expected integer class indices (torch.long), "
-            "e.g. torch.tensor(labels, dtype=torch.long)",
+            "e.g. torch.tensor(labels, dtype=torch.long); a workload that predicts numbers returns "
+            "Workload(..., task='regression')",
             id="float-targets",
         ),
         pytest.param(

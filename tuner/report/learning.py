@@ -7,10 +7,12 @@ the data, the labels, the loss or an LR that learns at all.
 
 Rule: chance is what a model that learned nothing scores: always guessing the most common class
 (from the validation class counts the run recorded; with only the class count, 1 in C), or for
-the loss, predicting the class shares. The best trial must close at least ``MARGIN`` (10%) of the
-way from chance to a perfect score. The class count comes from ``status.json`` of a completed
-trial's run folder (``num_classes``, ``class_counts``); without one (a run folder on another
-machine, a metric without a known chance level) there is no verdict.
+the loss, predicting the class shares; for a regression, always predicting the training targets'
+mean (its scores on each split, which the run recorded). The best trial must close at least
+``MARGIN`` (10%) of the way from chance to a perfect score. The class count or the regression's
+chance scores come from ``status.json`` of a completed trial's run folder (``num_classes``,
+``class_counts``, ``chance``); without one (a run folder on another machine, a metric without a
+known chance level, a regression whose data is not a ``TensorDataset``) there is no verdict.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from tuner.report.study_data import PhaseData
 MARGIN = 0.10  # of the way from chance to perfect
 READ_AT_MOST = 5  # run folders tried for the class count
 RULE = (
-    f"the best trial closes at least {MARGIN:.0%} of the way from chance (always guessing the most "
-    "common class) to a perfect score"
+    f"the best trial closes at least {MARGIN:.0%} of the way from chance (what learning nothing "
+    "scores: always the most common class, or a regression's training mean) to a perfect score"
 )
+#: A regression metric's perfect score (``loss`` is the default squared error).
+_REGRESSION_PERFECT = {"loss": 0.0, "mse": 0.0, "mae": 0.0, "r2": 1.0}
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class NothingLearned(Finding):
     best_value: float
     chance: float
     perfect: float
-    classes: int
+    classes: int | None  # None: a regression
     progress: float  # share of the way from chance to perfect the best trial went
 
 
@@ -57,7 +61,7 @@ class Learned(Finding):
     metric: str
     best_value: float
     chance: float
-    classes: int
+    classes: int | None
     progress: float
 
 
@@ -108,13 +112,28 @@ def chance_level(metric: str, classes: int, shares: list[float] | None) -> Chanc
     return known.get(name)
 
 
+def regression_chance(metric: str, scores: dict[str, Any]) -> Chance | None:
+    """Chance (predicting the training mean) and perfect scores of ``val/mse``..., or None."""
+    split, _, name = metric.rpartition("/")
+    value = scores.get(split, {}).get(name) if isinstance(scores.get(split), dict) else None
+    if name not in _REGRESSION_PERFECT or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return Chance(float(value), _REGRESSION_PERFECT[name], "always predicting the training mean")
+
+
 def diagnose_learning(phase: PhaseData) -> LearningResult | None:
     """Whether the phase's best trial learned more than chance; None when chance is unknown."""
     best = phase.best
-    classes, shares = _class_count(phase)
-    if best is None or best.value is None or classes is None:
+    if best is None or best.value is None:
         return None
-    level = chance_level(phase.metric, classes, shares)
+    scores = _regression_scores(phase)
+    classes, shares = (None, None) if scores is not None else _class_count(phase)
+    if scores is not None:
+        level = regression_chance(phase.metric, scores)
+    elif classes is not None:
+        level = chance_level(phase.metric, classes, shares)
+    else:
+        return None
     if level is None or level.chance == level.perfect:
         return None
     progress = (level.chance - best.value) / (level.chance - level.perfect)
@@ -155,14 +174,29 @@ def diagnose_learning(phase: PhaseData) -> LearningResult | None:
     return LearningResult(False, [nothing])
 
 
+def _statuses(phase: PhaseData) -> list[dict[str, Any]]:
+    """``status.json`` of the first few completed trials whose run folder is readable here."""
+    found = []
+    for slot in phase.completed[:READ_AT_MOST]:
+        status = read_status(slot.run_dir) if slot.run_dir is not None else None
+        if isinstance(status, dict):
+            found.append(status)
+    return found
+
+
+def _regression_scores(phase: PhaseData) -> dict[str, Any] | None:
+    """A regression run's recorded chance scores (``{split: {metric: value}}``); None for a
+    classifier (or a run that recorded no task)."""
+    for status in _statuses(phase):
+        if status.get("task") == "regression":
+            chance = status.get("chance")
+            return chance if isinstance(chance, dict) else {}
+    return None
+
+
 def _class_count(phase: PhaseData) -> tuple[int | None, list[float] | None]:
     """``num_classes`` and the validation class shares a completed trial's run recorded."""
-    for slot in phase.completed[:READ_AT_MOST]:
-        if slot.run_dir is None:
-            continue
-        status = read_status(slot.run_dir)
-        if not isinstance(status, dict):
-            continue
+    for status in _statuses(phase):
         counts = status.get("class_counts")
         val = counts.get("val") if isinstance(counts, dict) else None
         valid = isinstance(val, list) and val and all(isinstance(c, int) and c >= 0 for c in val)

@@ -77,7 +77,7 @@ class ObjectiveSpec(_Model):
     """`<split>/<metric>`, split `val` or `train` (e.g. `val/mcc`); it must be a metric the
     workload computes."""
     direction: Literal["minimize", "maximize"] = "minimize"
-    """`minimize` (an error, a loss) or `maximize` (an accuracy, MCC)."""
+    """`minimize` (an error rate, a loss, mse, mae) or `maximize` (an accuracy, MCC, r2)."""
 
 
 # the password runs to the LAST "@": a password may hold "/", "?", "#" or an unencoded "@", and

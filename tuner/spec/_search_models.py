@@ -86,7 +86,8 @@ class SweepLrSpec(_Model):
     fit_metric: str = Field(default="train/accuracy", pattern=r"^(val|train)/[A-Za-z0-9_]+$")
     """What "fits the training set" is measured by."""
     fit_threshold: float = 1.0
-    """Fitting means `fit_metric >= fit_threshold` (`<=` for a loss, error rate or perplexity)."""
+    """Fitting means `fit_metric >= fit_threshold` (`<=` for a loss, error rate, perplexity, mse or
+    mae). A regression workload fits on `train/r2` (say 0.95)."""
     seeds: PositiveInt = 1
     """Trials per LR (model-init and data-order seeds)."""
     overrides: dict[str, Any] = Field(default_factory=lambda: {"optimizer.weight_decay": 0.0})

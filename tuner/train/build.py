@@ -13,7 +13,15 @@ from pathlib import Path
 from tuner.errors import WorkloadError
 from tuner.spec import StudySpec
 from tuner.train.rng import seed_torch
-from tuner.workloads import KNOWN_METRICS, Workload, WorkloadContext, import_entry_point, parse_entry_point
+from tuner.workloads import (
+    KNOWN_METRICS,
+    TASKS,
+    Workload,
+    WorkloadContext,
+    import_entry_point,
+    parse_entry_point,
+    task_metrics,
+)
 
 
 def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
@@ -36,10 +44,30 @@ def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
             f"workload {spec.workload.name!r} returned {type(workload).__name__}, "
             "expected tuner.workloads.Workload"
         )
+    check_task(spec.workload.name, workload)
+    return workload
+
+
+def check_task(name: str, workload: Workload) -> None:
+    """The task is known, a classifier has classes, and every metric exists and fits the task."""
+    if workload.task not in TASKS:
+        raise WorkloadError(
+            f"workload {name!r} has task {workload.task!r}; expected one of: {', '.join(TASKS)}"
+        )
     unknown = [m for m in workload.metrics if m not in KNOWN_METRICS]
     if unknown:
         raise WorkloadError(
-            f"workload {spec.workload.name!r} asks for unknown metric(s) {unknown}; "
-            f"known: {', '.join(KNOWN_METRICS)}"
+            f"workload {name!r} asks for unknown metric(s) {unknown}; known: {', '.join(KNOWN_METRICS)}"
         )
-    return workload
+    fitting = task_metrics(workload.task)
+    misfits = [m for m in workload.metrics if m not in fitting]
+    if misfits:
+        raise WorkloadError(
+            f"workload {name!r} is a {workload.task} workload and asks for {', '.join(misfits)}, "
+            f"which a {workload.task} model does not have; its metrics: {', '.join(fitting)}"
+        )
+    if not workload.regression and (isinstance(workload.num_classes, bool) or workload.num_classes < 1):
+        raise WorkloadError(
+            f"workload {name!r} returned num_classes={workload.num_classes!r}; a classifier needs "
+            "its class count (a regression workload sets task='regression' instead)"
+        )

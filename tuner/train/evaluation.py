@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 from tuner.train.data import fetch
 from tuner.train.distributed import SINGLE, Ranks, eval_shard, sum_across_ranks_
 from tuner.train.metrics import MetricAccumulator
+from tuner.train.regression_metrics import RegressionAccumulator, as_predictions
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -46,6 +47,7 @@ class Evaluator:
         subsets: Mapping[str, torch.Tensor] | None = None,
         prediction_indices: torch.Tensor | None = None,
         ranks: Ranks = SINGLE,
+        regression: bool = False,
     ) -> None:
         """With several processes (``ranks``), each scores its slice of every split in batches of
         ``batch_size / world_size`` and the metric sums are added up across them; predictions
@@ -55,7 +57,11 @@ class Evaluator:
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.subsets = dict(subsets or {})
-        self.accumulators = {name: MetricAccumulator(metrics, num_classes) for name in self.splits}
+        self.regression = regression
+        self.accumulators: dict[str, MetricAccumulator | RegressionAccumulator] = {
+            name: RegressionAccumulator(metrics) if regression else MetricAccumulator(metrics, num_classes)
+            for name in self.splits
+        }
         self.prediction_indices = prediction_indices if prediction_indices is not None else torch.empty(0)
         self.ranks = ranks
         self.rank_batch_size = max(1, batch_size // ranks.world_size)
@@ -117,7 +123,10 @@ class Evaluator:
         rows = []
         for batch in self.prediction_indices.split(self.batch_size):
             logits, targets, losses = self._logits_and_losses(model, dataset, batch)
-            confidence, predicted = logits.float().softmax(dim=-1).max(dim=-1)
+            if self.regression:  # a value has no confidence: the cell stays empty
+                predicted, confidence = as_predictions(logits, targets), None
+            else:
+                confidence, predicted = logits.float().softmax(dim=-1).max(dim=-1)
             for row, index in enumerate(batch.tolist()):
                 rows.append(
                     {
@@ -125,15 +134,21 @@ class Evaluator:
                         "example": index,
                         "target": _flat(targets[row]),
                         "prediction": _flat(predicted[row]),
-                        "confidence": round(float(confidence[row].float().mean()), 6),
+                        "confidence": None
+                        if confidence is None
+                        else round(float(confidence[row].float().mean()), 6),
                         "loss": round(float(losses[row].float().mean()), 6),
                     }
                 )
         return rows
 
 
-def _flat(value: torch.Tensor) -> int | str:
-    """A class index, or a sequence's indices joined by spaces (one CSV cell)."""
+def _flat(value: torch.Tensor) -> int | float | str:
+    """A class index or a value, or a sequence's joined by spaces (one CSV cell)."""
+    if value.dtype.is_floating_point:
+        if value.dim() == 0:
+            return round(float(value), 6)
+        return " ".join(f"{v:.6g}" for v in value.reshape(-1).tolist())
     return int(value) if value.dim() == 0 else " ".join(str(v) for v in value.tolist())
 
 

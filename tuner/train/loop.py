@@ -73,8 +73,10 @@ class Trainer:
         num_classes: int | None = None,
         ranks: Ranks = SINGLE,
         train_model: torch.nn.Module | None = None,
+        regression: bool = False,
     ) -> None:
-        """``num_classes``, when given, checks the first batch's logits and targets against it.
+        """``num_classes``, when given, checks the first batch's logits and targets against it
+        (for a ``regression``, predictions against real-valued targets; nothing is padding).
 
         With several processes, ``ranks`` is this one's place and ``train_model`` the
         ``DistributedDataParallel`` wrapper the training forward goes through; ``model`` stays
@@ -90,8 +92,8 @@ class Trainer:
         self.max_train_steps, self.eval_every = max_train_steps, eval_every
         self.evaluator, self.grad_clip_norm, self.augment = evaluator, grad_clip_norm, augment
         self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
-        self.may_pad = may_contain_padding(batches.dataset)
-        self.num_classes = num_classes
+        self.may_pad = not regression and may_contain_padding(batches.dataset)
+        self.num_classes, self.regression = num_classes, regression
         self._batch_checked = num_classes is None
         self.step = 0
         self.start_step = 0
@@ -194,7 +196,7 @@ class Trainer:
                 raise
             raise blamed from error
         if not self._batch_checked:  # the first step's own forward: no extra pass, no RNG drawn
-            check_batch(logits, targets, self.num_classes)  # type: ignore[arg-type]
+            check_batch(logits, targets, self.num_classes, self.regression)  # type: ignore[arg-type]
             self._batch_checked = True
         item_losses = self.loss_fn(logits, targets)
         # Masking costs ~7 ops forward and 4 backward per step: only pay for it where padding exists.

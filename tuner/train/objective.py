@@ -6,14 +6,12 @@ import math
 from typing import Any
 
 from tuner.train.events import Callback
-
-#: Metrics (after the ``val/`` or ``train/`` prefix) for which lower is better; every other metric
-#: the engine computes (accuracy, top5_accuracy, mcc, per-class correct / recall) is better higher.
-LOWER_IS_BETTER = ("loss", "error_rate", "perplexity")
+from tuner.workloads._interface import LOWER_IS_BETTER
 
 
 def metric_direction(name: str) -> str:
-    """``"minimize"`` or ``"maximize"`` for a metric name such as ``"train/accuracy"``."""
+    """``"minimize"`` or ``"maximize"`` for a metric name such as ``"train/accuracy"`` (the part
+    after the split: lower is better for ``LOWER_IS_BETTER``, higher for every other)."""
     base = name.rsplit("/", 1)[-1]
     return "minimize" if base in LOWER_IS_BETTER else "maximize"
 

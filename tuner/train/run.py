@@ -40,8 +40,9 @@ from tuner.train.rng import derive_seed, seed_torch, trial_seeds
 from tuner.train.run_folder import has_ended, locked_run_dir, prepare_run_dir, write_status
 from tuner.train.run_parts import (
     build_evaluator,
-    cross_entropy_per_item,
+    chance_scores,
     ddp_model,
+    default_loss,
     resolve_device,
     split_class_counts,
     stop_on_signals,
@@ -232,7 +233,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
     seeds = trial_seeds(spec)
     workload = build_workload(spec, base_dir, init_seed=seeds.init)
     for split, dataset in (("training", workload.train_data), ("evaluation", workload.eval_data)):
-        check_dataset_targets(dataset, workload.num_classes, split)
+        check_dataset_targets(dataset, workload.num_classes, split, workload.regression)
     validation = "the workload's evaluation split"
     if training.proxy_fraction > 0:
         # the same held-out part for every trial and seed_index: it depends on the study seed only
@@ -288,7 +289,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
             data_workers=training.data_workers,
             prefetch_batches=training.prefetch_batches,
         ),
-        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        loss_fn=default_loss(workload),
         optimizer=build_optimizer(training.optimizer, model.parameters()),
         schedule=schedule,
         base_lr=training.optimizer.lr,
@@ -299,6 +300,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         grad_clip_norm=training.grad_clip_norm,
         augment=workload.augment if training.augment else None,
         num_classes=workload.num_classes,
+        regression=workload.regression,
         ranks=ranks,
         train_model=ddp_model(model, device, training.sync_batch_norm) if ranks.distributed else None,
     )
@@ -330,7 +332,13 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         best_step=tracker.best_step,
         objective=spec.objective.metric,
         direction=spec.objective.direction,
-        num_classes=workload.num_classes,  # the report's chance level (tuner.report.learning)
+        # the report's chance level (tuner.report.learning): the class count, or a regression's
+        # scores of predicting the training mean
+        **(
+            {"task": "regression", "chance": chance_scores(workload)}
+            if workload.regression
+            else {"num_classes": workload.num_classes}
+        ),
         last_eval=trainer.last_eval,
         validation=validation,
         eval_examples=evaluator.sizes(),  # the report's noise band of an error rate needs them

@@ -1,5 +1,5 @@
 """The parts ``run_training`` assembles a run from: the device, the default loss, the evaluator,
-the stop signals, the DDP wrapper, the class counts of ``status.json``.
+the stop signals, the DDP wrapper, the class counts and chance scores of ``status.json``.
 
 Apart from ``run.py`` so that the run's own story (resume, launch, record the result) reads in
 one file; a benchmark or a test builds the same evaluator and loss from here.
@@ -19,10 +19,12 @@ import torch.nn.functional as F
 from tuner.errors import UsageError
 from tuner.spec import StudySpec
 from tuner.train.distributed import SINGLE, Ranks
-from tuner.train.evaluation import Evaluator, class_counts, fixed_sample
+from tuner.train.evaluation import Evaluator, LossFn, class_counts, fixed_sample
 from tuner.train.events import StopReason
 from tuner.train.loop import Trainer
+from tuner.train.regression_metrics import constant_scores, squared_error_per_item
 from tuner.train.rng import derive_seed
+from tuner.train.workload_errors import real_targets
 from tuner.workloads import IGNORE_INDEX, Workload
 
 
@@ -44,6 +46,13 @@ def cross_entropy_per_item(logits: torch.Tensor, targets: torch.Tensor) -> torch
     return losses.reshape(targets.shape)
 
 
+def default_loss(workload: Workload) -> LossFn:
+    """The workload's own loss, else its task's: cross-entropy, or the squared error."""
+    if workload.loss_fn is not None:
+        return workload.loss_fn
+    return squared_error_per_item if workload.regression else cross_entropy_per_item
+
+
 def build_evaluator(
     workload: Workload, spec: StudySpec, device: torch.device, ranks: Ranks = SINGLE
 ) -> Evaluator:
@@ -62,7 +71,7 @@ def build_evaluator(
     )
     return Evaluator(
         splits,
-        loss_fn=workload.loss_fn or cross_entropy_per_item,
+        loss_fn=default_loss(workload),
         metrics=workload.metrics,
         num_classes=workload.num_classes,
         batch_size=training.resolved_eval_batch_size,
@@ -70,6 +79,7 @@ def build_evaluator(
         subsets=subsets,
         prediction_indices=samples,
         ranks=ranks,
+        regression=workload.regression,
     )
 
 
@@ -138,3 +148,18 @@ def split_class_counts(workload: Workload, evaluator: Evaluator) -> dict[str, li
         if found is not None:
             counts[name] = found
     return counts
+
+
+def chance_scores(workload: Workload) -> dict[str, dict[str, float]]:
+    """What always predicting the training targets' mean scores on each split (``status.json``'s
+    ``chance``): the report's "nothing learned" line for a regression. Empty unless both splits
+    are ``TensorDataset`` s (any other would mean loading every item to read the targets)."""
+    train, val = real_targets(workload.train_data), real_targets(workload.eval_data)
+    if train is None or val is None or not train.numel():
+        return {}
+    mean = float(train.mean())
+    default = workload.loss_fn is None
+    return {
+        split: constant_scores(workload.metrics, targets, mean, default)
+        for split, targets in (("val", val), ("train", train))
+    }

@@ -4,7 +4,8 @@ An exception whose traceback passes through the user's own code (not tuner, not 
 library) is reported as the workload's, at the deepest frame of the user's code:
 ``the workload raised KeyError: 'hiden' at my_workload.py:7 in build``. The first training batch
 is also checked against the workload's contract before any weight changes (logits
-``(..., num_classes)`` for integer targets ``(...)`` in range), because a wrong class count would
+``(..., num_classes)`` for integer targets ``(...)`` in range; for a regression, predictions shaped
+as the real-valued targets), because a wrong class count would
 otherwise surface only at the first evaluation, ``eval_every`` steps later, as a cryptic error.
 """
 
@@ -117,12 +118,15 @@ def _shape(shape: torch.Size | tuple[int, ...]) -> str:
     return str(tuple(shape))
 
 
-def check_batch(logits: object, targets: torch.Tensor, num_classes: int) -> None:
+def check_batch(logits: object, targets: torch.Tensor, num_classes: int, regression: bool = False) -> None:
     """Raise ``WorkloadCodeError`` if one batch breaks the workload contract; costs no extra forward.
 
     Called with the first training step's own logits, before the loss: the RNG stream, the
     weights and the step's loss are exactly those of a run without the check.
     """
+    if regression:
+        _check_regression_batch(logits, targets)
+        return
     if not isinstance(logits, torch.Tensor):
         raise WorkloadCodeError(
             f"the workload's model returned {type(logits).__name__}; expected a tensor of logits "
@@ -133,7 +137,8 @@ def check_batch(logits: object, targets: torch.Tensor, num_classes: int) -> None
     if targets.dtype.is_floating_point or targets.dtype.is_complex or targets.dtype == torch.bool:
         raise WorkloadCodeError(
             f"the workload's targets are {str(targets.dtype).removeprefix('torch.')}; expected integer "
-            "class indices (torch.long), e.g. torch.tensor(labels, dtype=torch.long)"
+            "class indices (torch.long), e.g. torch.tensor(labels, dtype=torch.long); a workload "
+            "that predicts numbers returns Workload(..., task='regression')"
         )
     expected = (*targets.shape, num_classes)
     if tuple(logits.shape) != expected:
@@ -146,6 +151,26 @@ def check_batch(logits: object, targets: torch.Tensor, num_classes: int) -> None
         raise WorkloadCodeError(
             f"the workload's targets include {int(outside[0])}, outside 0..{num_classes - 1} "
             f"(num_classes is {num_classes}; {IGNORE_INDEX} marks padding)"
+        )
+
+
+def _check_regression_batch(outputs: object, targets: object) -> None:
+    if not isinstance(outputs, torch.Tensor):
+        raise WorkloadCodeError(
+            f"the workload's model returned {type(outputs).__name__}; expected a tensor of predictions"
+        )
+    if not isinstance(targets, torch.Tensor):
+        raise WorkloadCodeError(f"the workload's targets are {type(targets).__name__}; expected a tensor")
+    if targets.dtype.is_complex or targets.dtype == torch.bool:
+        raise WorkloadCodeError(
+            f"the workload's targets are {str(targets.dtype).removeprefix('torch.')}; a regression "
+            "expects real numbers (torch.float32)"
+        )
+    trailing_one = (*targets.shape, 1)
+    if tuple(outputs.shape) not in (tuple(targets.shape), trailing_one):
+        raise WorkloadCodeError(
+            f"the workload's model returned predictions of shape {_shape(outputs.shape)} for targets "
+            f"{_shape(targets.shape)}; expected {_shape(targets.shape)} or {_shape(trailing_one)}"
         )
 
 
@@ -162,10 +187,33 @@ def integer_targets(dataset: object) -> torch.Tensor | None:
     return targets
 
 
-def check_dataset_targets(dataset: object, num_classes: int, split: str) -> None:
+def real_targets(dataset: object) -> torch.Tensor | None:
+    """A ``TensorDataset``'s targets as float64 (readable at once); None for any other dataset."""
+    from torch.utils.data import TensorDataset
+
+    if not isinstance(dataset, TensorDataset) or len(dataset.tensors) < 2:
+        return None
+    targets = dataset.tensors[1]
+    if targets.dtype.is_complex or targets.dtype == torch.bool:
+        return None
+    return targets.to(torch.float64)
+
+
+def check_dataset_targets(dataset: object, num_classes: int, split: str, regression: bool = False) -> None:
     """Every target of a ``TensorDataset`` at once (one vector op), so a bad label deep in the data
     is found before training rather than at whichever step first draws it; other datasets are
-    checked batch by batch only in the first step (``check_batch``)."""
+    checked batch by batch only in the first step (``check_batch``). A regression's targets must
+    be finite: one NaN makes every loss NaN, which would read as a diverged run."""
+    if regression:
+        values = real_targets(dataset)
+        bad = None if values is None else (~torch.isfinite(values.reshape(-1))).nonzero()
+        if bad is not None and bad.numel():
+            first = int(bad[0])
+            raise WorkloadCodeError(
+                f"the workload's {split} targets include {float(values.reshape(-1)[first])} "
+                f"(value {first}); a regression needs finite targets"
+            )
+        return
     targets = integer_targets(dataset)
     if targets is None:
         return  # not a TensorDataset; or float targets, which check_batch words with the first batch

@@ -22,7 +22,16 @@ from tuner.workloads._entry_points import (
     preload_module,
     workload_code,
 )
-from tuner.workloads._interface import IGNORE_INDEX, KNOWN_METRICS, Workload, WorkloadContext
+from tuner.workloads._interface import (
+    IGNORE_INDEX,
+    KNOWN_METRICS,
+    REGRESSION_METRICS,
+    TASKS,
+    Task,
+    Workload,
+    WorkloadContext,
+    task_metrics,
+)
 
 if TYPE_CHECKING:
     from tuner.workloads.ghost_batch_norm import GhostBatchNorm, convert_sync_batch_norm
@@ -47,8 +56,11 @@ __all__ = [
     "IGNORE_INDEX",
     "KNOWN_METRICS",
     "PRELOAD_ENV",
+    "REGRESSION_METRICS",
+    "TASKS",
     "EntryPoint",
     "GhostBatchNorm",
+    "Task",
     "Workload",
     "WorkloadContext",
     "check_study",
@@ -57,5 +69,6 @@ __all__ = [
     "parse_entry_point",
     "preload_module",
     "regularisation_off",
+    "task_metrics",
     "workload_code",
 ]

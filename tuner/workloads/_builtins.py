@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tuner.workloads._interface import REGRESSION_METRICS
+
 
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -64,6 +66,14 @@ class ImbalancedOptions(_Options):
         if any(not math.isfinite(w) or w <= 0 for w in self.class_weights):
             raise ValueError(f"class_weights must all be positive, got {self.class_weights}")
         return self
+
+
+class RegressionOptions(_Options):
+    n_examples: int = Field(default=2000, gt=10)
+    noise: float = Field(default=1.0, ge=0)
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    val_fraction: float = Field(default=0.2, gt=0, lt=1)
 
 
 #: What each built-in scores (here, not next to the models, so `validate` knows without torch).
@@ -124,6 +134,13 @@ BUILTINS: dict[str, BuiltinWorkload] = {
         ImbalancedOptions,
         "imbalanced synthetic classification (per-class correct counts)",
         IMBALANCED_METRICS,
+        _DROPOUT_OFF,
+    ),
+    "regression": BuiltinWorkload(
+        "tuner.workloads.regression:build",
+        RegressionOptions,
+        "MLP regression on Friedman's synthetic benchmark (mse, mae, r2)",
+        REGRESSION_METRICS,
         _DROPOUT_OFF,
     ),
 }

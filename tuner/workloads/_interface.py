@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # torch stays out of `tuner validate` and `tuner --help`
     import torch
@@ -20,8 +20,31 @@ if TYPE_CHECKING:  # torch stays out of `tuner validate` and `tuner --help`
 #: Targets equal to this weigh zero in the loss and in every metric (padding).
 IGNORE_INDEX = -100
 
-#: Metric names a workload may ask for; ``per_class`` adds ``class_<k>_correct`` / ``class_<k>_recall``.
-KNOWN_METRICS = ("loss", "accuracy", "error_rate", "top5_accuracy", "mcc", "perplexity", "per_class")
+#: Metrics of a classifier; ``per_class`` adds ``class_<k>_correct`` / ``class_<k>_recall``.
+CLASSIFICATION_METRICS = ("loss", "accuracy", "error_rate", "top5_accuracy", "mcc", "perplexity", "per_class")
+#: Metrics of a regression model: mean squared and absolute error, and the coefficient of
+#: determination (1 - squared error / the squared error of predicting the targets' mean).
+REGRESSION_METRICS = ("loss", "mse", "mae", "r2")
+#: Metric names a workload may ask for.
+KNOWN_METRICS = (*CLASSIFICATION_METRICS, *REGRESSION_METRICS[1:])
+
+#: Metrics for which lower is better; every other one (accuracy, top5_accuracy, mcc, per-class
+#: correct / recall, r2) is better higher.
+LOWER_IS_BETTER = ("loss", "error_rate", "perplexity", "mse", "mae")
+
+#: What a workload predicts: class indices scored by logits, or real numbers.
+Task = Literal["classification", "regression"]
+TASKS: tuple[Task, ...] = ("classification", "regression")
+#: What a workload scores when it names no metrics.
+DEFAULT_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("loss", "accuracy", "error_rate"),
+    "regression": ("loss", "mse", "mae", "r2"),
+}
+
+
+def task_metrics(task: str) -> tuple[str, ...]:
+    """The metric names that make sense for ``task`` (an accuracy has no meaning for a regression)."""
+    return REGRESSION_METRICS if task == "regression" else CLASSIFICATION_METRICS
 
 
 @dataclass(frozen=True)
@@ -42,18 +65,36 @@ class WorkloadContext:
 class Workload:
     """A model, its data and how to score it.
 
-    Items of ``train_data`` / ``eval_data`` are ``(inputs, targets)``. The model maps a batch of
-    inputs to logits ``(..., num_classes)``; targets are class indices ``(...)``; sequence
-    workloads score every position, with ``IGNORE_INDEX`` marking padding.
-    ``loss_fn(logits, targets)`` returns one loss per target item (no reduction); the default is
-    cross-entropy with ``IGNORE_INDEX`` ignored.
+    Items of ``train_data`` / ``eval_data`` are ``(inputs, targets)``.
+
+    Classification (the default ``task``): the model maps a batch of inputs to logits
+    ``(..., num_classes)``; targets are class indices ``(...)``; sequence workloads score every
+    position, with ``IGNORE_INDEX`` marking padding. The default loss is cross-entropy.
+
+    Regression (``task="regression"``, no ``num_classes``): targets are real numbers ``(...)`` and
+    the model returns predictions of the same shape; an output of shape ``(..., 1)`` for targets
+    ``(...)`` (an ``nn.Linear(h, 1)`` head) is read as one prediction per target, not broadcast.
+    The default loss is the squared error, and "chance" (what a model that learned nothing
+    scores) is predicting the training targets' mean.
+
+    ``loss_fn(outputs, targets)`` returns one loss per target item (no reduction).
+    ``metrics`` default to the task's: ``loss, accuracy, error_rate`` or ``loss, mse, mae, r2``.
     """
 
     model: torch.nn.Module
     train_data: Dataset
     eval_data: Dataset
-    num_classes: int
-    metrics: Sequence[str] = ("loss", "accuracy", "error_rate")
+    num_classes: int = 0
+    metrics: Sequence[str] = ()
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     #: Optional ``augment(inputs, generator) -> inputs`` applied to training batches only.
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+    task: Task = "classification"
+
+    def __post_init__(self) -> None:
+        if not self.metrics and self.task in DEFAULT_METRICS:
+            self.metrics = DEFAULT_METRICS[self.task]
+
+    @property
+    def regression(self) -> bool:
+        return self.task == "regression"

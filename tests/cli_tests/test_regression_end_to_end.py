@@ -1,0 +1,67 @@
+"""A regression tuned end to end: ``tuner init regression``, ``tune --budget``, ``report``, and the
+delivered model loaded in plain PyTorch scores on the validation split what the report says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuner.train import load_model
+
+SETS = [
+    "--set", "workload.n_examples=600",
+    "--set", "max_train_steps=300",
+    "--set", "eval_every=50",
+    "--set", "log_every=50",
+]  # fmt: skip
+
+
+def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("regression")
+    assert _tuner("init", "regression", "studies/reg.yaml", cwd=folder).returncode == 0
+    result = _tuner("tune", "studies/reg.yaml", "--budget", "3000", "--workers", "2", *SETS, cwd=folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "delivered    val/mse = " in result.stdout
+    return folder
+
+
+def test_the_report_judges_the_regression_against_predicting_the_training_mean(tuned: Path) -> None:
+    result = _tuner("report", "studies/reg.yaml", "--json", cwd=tuned)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    first = report["phases"][-1]  # round 1
+    learning = first["learning"]
+    assert learning["learned"] is True
+    (verdict,) = learning["verdicts"]
+    assert verdict["kind"] == "learned" and verdict["classes"] is None
+    assert verdict["chance"] == pytest.approx(1.0, abs=0.2)  # standardised targets: the mean scores ~1
+    assert verdict["best_value"] < 0.5 * verdict["chance"]
+    assert report["delivered_model"]["metric"] == "val/mse"
+
+
+def test_the_delivered_regression_model_predicts_in_plain_pytorch(tuned: Path) -> None:
+    report = json.loads(_tuner("report", "studies/reg.yaml", "--json", cwd=tuned).stdout)
+    delivered = report["delivered_model"]
+    model = load_model(tuned / delivered["checkpoint"])
+    from tuner.workloads import WorkloadContext, regression
+
+    workload = regression.build(WorkloadContext(options={"n_examples": 600}, seed=0))
+    x, y = workload.eval_data.tensors
+    with torch.no_grad():
+        mse = float((model(x).squeeze(-1) - y).square().mean())
+    assert mse == pytest.approx(delivered["value"], rel=1e-4)
