@@ -1,4 +1,5 @@
-"""How durations read, shared by every command that shows one (the live view, tuner list)."""
+"""How durations and counts read, shared by every command that shows one (the live view, tuner list,
+the lines of tune's decision log)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,8 @@ def duration(seconds: float) -> str:
         return f"{hours}h {minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d {hours:02d}h"
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 trial``, ``2 trials``, ``0 trials``."""
+    return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"

@@ -206,7 +206,7 @@ def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_
     import optuna
     from optuna.trial import TrialState
 
-    from tests.orchestrate_tests.test_protocol import LostAck
+    from tests.orchestrate_tests.storage_faults import LostAck
     from tuner.orchestrate.claim import OWNER_ATTR, Claimed, Claimer
     from tuner.orchestrate.failures import FailureReason, fail_trial
     from tuner.orchestrate.phase import PhaseSettings
@@ -297,7 +297,7 @@ def test_tune_through_the_proxy_delivers_its_model_and_reports_its_log(
     the storage) with every phase's workers and every read through the proxy."""
     import json
 
-    from tests.cli_tests.test_tune import tune_study
+    from tests.cli_tests._tune_support import tune_study
 
     path = _renamed(tune_study(tmp_path, top_k=1), unique_name)
     args = ("--storage", proxy_url, "--output-dir", str(output_dir))

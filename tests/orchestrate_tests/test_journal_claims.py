@@ -120,7 +120,7 @@ def test_tune_on_a_journal_delivers_its_model_and_the_same_command_continues(tmp
     too, so the same command run again finds every phase done and delivers the same model."""
     import json
 
-    from tests.cli_tests.test_tune import tune_study
+    from tests.cli_tests._tune_support import tune_study
     from tests.orchestrate_tests.conftest import run_tuner
 
     path = tune_study(tmp_path, top_k=1)

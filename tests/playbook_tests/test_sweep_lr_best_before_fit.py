@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from tests.playbook_tests.test_sweep_lr_verdicts import FIT, NOT_FIT, analyze, trial
+from tests.playbook_tests.sweep_builders import FIT, NOT_FIT, analyze, trial
 from tuner.playbook.sweep_lr import SweepTrial, render_lines
 
 

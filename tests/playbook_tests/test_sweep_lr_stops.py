@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from tests.orchestrate_tests.conftest import toy_study
+from tests.playbook_tests.sweep_builders import DIVERGED, FIT, NOT_FIT, analyze, frozen, only
 from tests.playbook_tests.test_sweep_lr_command import _sweep, _trials
-from tests.playbook_tests.test_sweep_lr_verdicts import DIVERGED, FIT, NOT_FIT, analyze, frozen, only
 from tuner.playbook.phases import ProductionLength
 from tuner.playbook.sweep_lr import (
     BestLongBeforeFit,

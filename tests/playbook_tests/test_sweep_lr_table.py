@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.playbook_tests.test_sweep_lr_verdicts import DIVERGED, FIT, NOT_FIT, analyze, only, trial
+from tests.playbook_tests.sweep_builders import DIVERGED, FIT, NOT_FIT, analyze, only, trial
 from tuner.playbook.sweep_lr import Diverged, render_lines
 
 

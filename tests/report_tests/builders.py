@@ -11,7 +11,7 @@ tested on real runs in ``orchestrate_tests``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,23 @@ def study(
             document["rounds"][key] = value
             path.write_text(yaml.safe_dump(document, sort_keys=False))
     return Built(path, folder / "runs", name, storage=storage)
+
+
+def described_study(
+    folder: Path, output_dir: Path, description: str, storage: str | None = None, **kw: Any
+) -> Built:
+    """A ``study`` whose file has ``description`` (and ``storage``, and round 1's ``proxy_fraction``
+    when given), its output in ``output_dir``: what ``tuner list`` shows of a study."""
+    proxy = kw.pop("proxy_fraction", None)
+    built = study(folder, **kw)
+    document = yaml.safe_load(built.path.read_text())
+    document["description"] = description
+    if proxy:
+        document["rounds"]["round1"]["proxy_fraction"] = proxy
+    if storage:
+        document["storage"] = storage
+    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return replace(built, output_dir=output_dir)
 
 
 def add_trial(

@@ -2,25 +2,25 @@
 
 Two studies share one output folder: ``alpha`` (round 1 on a proxy split, then round 2, whose
 best checkpoint is on disk) and ``beta`` (round 1 only: a crash retried into a completion, a
-divergence, a final crash; its best trial's run folder is not on this machine).
+divergence, a final crash; its best trial's run folder is not on this machine). Storages
+elsewhere, shared, protected by a password, or broken: ``test_list_storages.py``.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.report_tests.builders import Built, add_trial, run_folder, study
-from tests.spec_tests._support import invoke, plain, single_error
+from tests.report_tests.builders import Built, add_trial, described_study, run_folder
+from tests.spec_tests._support import invoke, plain
 from tuner.playbook.plan import load_plan
+
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 COUNT_KEYS = {"complete", "stopped", "diverged", "failed", "running", "waiting"}
 ROW_KEYS = {
@@ -72,31 +72,10 @@ BEST_KEYS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("TUNER_STORAGE", raising=False)
-    monkeypatch.delenv("TUNER_OUTPUT_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def _study(folder: Path, output_dir: Path, description: str, storage: str | None = None, **kw: Any) -> Built:
-    """A builders study whose file has ``description`` (and ``storage``), its output in ``output_dir``."""
-    proxy = kw.pop("proxy_fraction", None)
-    built = study(folder, **kw)
-    document = yaml.safe_load(built.path.read_text())
-    document["description"] = description
-    if proxy:
-        document["rounds"]["round1"]["proxy_fraction"] = proxy
-    if storage:
-        document["storage"] = storage
-    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return dataclasses.replace(built, output_dir=output_dir)
-
-
 def _alpha(root: Path, output_dir: Path) -> Built:
     """Round 1 on a 10% proxy split (best 0.10, better than round 2's: not comparable), then round
     2 (best 0.15, trial 0, checkpoint on disk). Training time: 4 x 60 s + 2 x 300 s = 840 s."""
-    built = _study(
+    built = described_study(
         root / "alpha",
         output_dir,
         "Two rounds of the toy",
@@ -133,7 +112,7 @@ def _alpha(root: Path, output_dir: Path) -> Built:
 def _beta(root: Path, output_dir: Path) -> Built:
     """Round 1: 2 complete (trial 1 after a retry, 0.31, the best; its run folder absent),
     1 diverged, 1 failed; one attempt on a dirty tree. 5 attempts x 1.5 s = 7.5 s."""
-    built = _study(root / "beta", output_dir, "Round 1 only,\nwith failures", name="beta")
+    built = described_study(root / "beta", output_dir, "Round 1 only,\nwith failures", name="beta")
     phase = built.start("round-1")
     add_trial(phase, 0, 0.35, {"optimizer.lr": 0.05}, best_step=20)
     first = add_trial(
@@ -292,7 +271,9 @@ def test_csv_writes_one_row_per_study(two_studies: Path, tmp_path: Path) -> None
 
 
 def test_a_study_validated_only_on_a_proxy_split_shows_that_best_marked(tmp_path: Path) -> None:
-    built = _study(tmp_path / "gamma", tmp_path / "runs", "proxy only", name="gamma", proxy_fraction=0.2)
+    built = described_study(
+        tmp_path / "gamma", tmp_path / "runs", "proxy only", name="gamma", proxy_fraction=0.2
+    )
     phase = built.start("round-1")
     add_trial(phase, 0, 0.4, {"optimizer.lr": 0.05}, best_step=20)
     add_trial(phase, 1, 0.2, {"optimizer.lr": 0.1}, best_step=40)
@@ -326,32 +307,13 @@ def test_tuner_storage_names_the_storage_and_one_unreadable_file_among_several_i
     assert warning.startswith("warning: skipped: cannot read storage sqlite:///") and "broken" in warning
 
 
-@pytest.mark.postgres
-def test_a_shared_postgresql_storage_lists_each_of_its_studies(
-    postgres_url: str, unique_name: str, tmp_path: Path
-) -> None:
-    names = [f"{unique_name}-a", f"{unique_name}-b"]
-    for value, name in zip((0.3, 0.2), names, strict=True):
-        built = _study(tmp_path / name, tmp_path / "runs", f"shared {name}", storage=postgres_url, name=name)
-        add_trial(built.start("round-1"), 0, value, {"optimizer.lr": 0.1}, best_step=20)
-    result = invoke("list", "--storage", postgres_url, "--json")
-    assert result.exit_code == 0, result.output
-    rows = {row["study"]: row for row in json.loads(result.stdout) if row["study"] in names}
-    assert sorted(rows) == names
-    assert [rows[n]["best"]["value"] for n in names] == [0.3, 0.2]
-    assert rows[names[0]]["notes"] == f"shared {names[0]}"
-    assert {row["storage"] for row in rows.values()} == {postgres_url}  # no password in this URL
-    text = plain(invoke("list", "--storage", postgres_url).stdout)
-    assert all(f"━━ {name} " in text for name in names)
-
-
 def test_a_study_run_on_another_storage_is_listed_from_its_output_folder(tmp_path: Path) -> None:
     """A study run with a storage of its own (another SQLite file here, as a journal file or a
     PostgreSQL would be) is found through the ``storage.json`` its phase wrote in its folder; of a
     storage shared with other studies, only the studies of this output folder are listed."""
     output_dir, shared = tmp_path / "runs", f"sqlite:///{tmp_path / 'shared.db'}"
     for value, name, where in ((0.3, "one", output_dir), (0.2, "two", tmp_path / "elsewhere")):
-        built = _study(tmp_path / name, where, f"study {name}", storage=shared, name=name)
+        built = described_study(tmp_path / name, where, f"study {name}", storage=shared, name=name)
         add_trial(built.start("round-1"), 0, value, {"optimizer.lr": 0.1}, best_step=20)
     pointer = json.loads((output_dir / "one" / "storage.json").read_text())
     assert pointer == {"study": "one", "storage": shared, "needs_password": False}
@@ -376,80 +338,6 @@ def test_a_study_run_on_another_storage_is_listed_from_its_output_folder(tmp_pat
     )
 
 
-@pytest.mark.postgres
-def test_a_password_in_the_storage_url_never_reaches_the_pointer(
-    postgres_url: str, unique_name: str, tmp_path: Path
-) -> None:
-    with_password = postgres_url.replace("postgres@", "postgres:s3cret-pw@", 1)  # trust auth: accepted
-    assert with_password != postgres_url
-    built = _study(tmp_path / "s", tmp_path / "runs", "pw", storage=with_password, name=unique_name)
-    add_trial(built.start("round-1"), 0, 0.1, {"optimizer.lr": 0.1}, best_step=20)
-    text = (tmp_path / "runs" / unique_name / "storage.json").read_text()
-    assert "s3cret-pw" not in text and json.loads(text)["needs_password"] is True
-    result = invoke("list", "--output-dir", str(tmp_path / "runs"))
-    assert result.exit_code == 2 and "s3cret-pw" not in result.output
-    assert f"study {unique_name}: its storage postgresql+psycopg://postgres:***@" in plain(result.stderr)
-    # report by the study's name, no storage given: the pointer cannot be used, and it says why
-    from tuner.orchestrate import redact_url
-
-    message = single_error(invoke("report", unique_name, "--output-dir", str(tmp_path / "runs")))
-    assert message.endswith(
-        f"storage.json names {redact_url(with_password)}, whose password "
-        "tuner never writes down: give it with --storage URL, or keep it in ~/.pgpass or $PGPASSWORD "
-        "(docs: Scaling out, Secrets)"
-    ), message
-
-
-def _garbage_db(tmp_path: Path) -> list[str]:
-    (tmp_path / "runs" / "x").mkdir(parents=True)
-    (tmp_path / "runs" / "x" / "study.db").write_bytes(bytes(range(256)) * 40)
-    return ["--output-dir", str(tmp_path / "runs")]
-
-
-def _empty_storage(tmp_path: Path) -> list[str]:
-    from tuner.orchestrate import open_storage
-
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    open_storage(url)  # Optuna's tables, no study
-    return ["--storage", url]
-
-
-@pytest.mark.parametrize(
-    ("arguments", "expected"),
-    [
-        (lambda tmp: ["--storage", "sqlite:////nonexistent.db"], "no study storage at /nonexistent.db"),
-        (
-            lambda tmp: ["--output-dir", str(tmp / "nowhere")],
-            "no study storage under {tmp}/nowhere (no such folder)",
-        ),
-        (
-            lambda tmp: ["--output-dir", str(tmp)],  # a folder without */study.db
-            "no study storage under {tmp} (no {tmp}/*/study.db nor {tmp}/*/storage.json)",
-        ),
-        (_garbage_db, "cannot read storage sqlite:///{tmp}/runs/x/study.db: "),
-        (_empty_storage, "storage sqlite:///{tmp}/empty.db holds no tuner study"),
-    ],
-    ids=["missing-sqlite", "missing-folder", "no-study-db", "garbage-db", "no-study"],
-)
-def test_bad_storage_is_one_line_and_exit_2(arguments: Any, expected: str, tmp_path: Path) -> None:
-    result = invoke("list", *arguments(tmp_path))
-    message = single_error(result)
-    assert message.startswith(expected.format(tmp=tmp_path)), message
-    assert "s3cret-pw" not in result.output
-
-
-def test_a_server_that_refuses_is_waited_for_then_one_line_without_its_password() -> None:
-    """As a database restart is (``$TUNER_STORAGE_OUTAGE_S``, here 1 s): said at once, then one
-    error line naming the storage, its password masked."""
-    url = "postgresql://tuner:s3cret-pw@127.0.0.1:9/db"
-    result = invoke("list", "--storage", url, env={"TUNER_STORAGE_OUTAGE_S": "1"})
-    assert result.exit_code == 2, result.output
-    warning, error = plain(result.stderr).strip().splitlines()
-    assert warning.startswith("warning: storage unreachable since") and "waiting up to 1 s" in warning
-    assert error.startswith("error: storage postgresql://tuner:***@127.0.0.1:9/db unreachable since")
-    assert "s3cret-pw" not in result.output
-
-
 def test_help_is_clean_at_80_columns() -> None:
     result = invoke("list", "--help", env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -461,14 +349,3 @@ def test_help_is_clean_at_80_columns() -> None:
     root = plain(invoke("--help", env={"COLUMNS": "80"}).stdout)
     assert re.search(r"^  list +Every study: the experiment-tracking table\.$", root, re.MULTILINE), root
     assert all(len(line) <= 80 for line in root.splitlines()), root
-
-
-def test_a_relative_storage_path_is_remembered_from_anywhere(tmp_path: Path, monkeypatch: Any) -> None:
-    """``journal:///j.log`` is relative to where the phase ran; ``tuner list`` runs elsewhere."""
-    from tuner.orchestrate.storage_pointer import pointer_paths, read_pointer, remember_storage
-
-    monkeypatch.chdir(tmp_path)
-    remember_storage(Path("runs"), "rel", "journal:///shared/j.log")
-    remember_storage(Path("runs"), "default", f"sqlite:///{(tmp_path / 'runs/default/study.db')}")
-    [pointer] = [read_pointer(path) for path in pointer_paths(tmp_path / "runs")]  # none for the default
-    assert (pointer.study, pointer.url) == ("rel", f"journal:///{tmp_path}/shared/j.log")

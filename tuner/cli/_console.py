@@ -5,10 +5,14 @@ Both go quiet rather than exit when their reader has gone (see ``tuner._streams`
 
 from __future__ import annotations
 
+# counts read the same in the commands' lines and in tune's decision log (the playbook's): one helper
+from tuner._format import plural
 from tuner._streams import PipeSafeConsole
 
 out = PipeSafeConsole(highlight=False, soft_wrap=True)
 err = PipeSafeConsole(stderr=True, highlight=False, soft_wrap=True)
+
+__all__ = ["err", "error_line", "out", "plural", "warning_line"]
 
 
 def error_line(message: str) -> None:
@@ -17,8 +21,3 @@ def error_line(message: str) -> None:
 
 def warning_line(message: str) -> None:
     err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
-
-
-def plural(count: int, noun: str, plural_form: str | None = None) -> str:
-    """``1 trial``, ``2 trials``, ``0 trials``."""
-    return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"

@@ -161,7 +161,7 @@ def estimate(
     result = compute(
         loaded, storage_url=url, workers=workers, devices=gpus, probe_steps=probe_steps, announce=announce
     )
-    from tuner.cli.tune.projection import stored_plan
+    from tuner.playbook.tune.projection import stored_plan
 
     tuned = stored_plan(loaded, list(set_), output_dir, storage)  # None: tuner tune never ran on it
     if as_json:

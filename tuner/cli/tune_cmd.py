@@ -2,14 +2,15 @@
 
 sweep-lr when ``max_train_steps`` is unknown, round 1, the report (its suggestions applied to a
 next study, searched by its own round 1), round 2 (and 3...), then the delivered model. The
-budget rule is the playbook's (``tuner/playbook/budget.py``); the loop is ``tuner/cli/tune``.
+procedure is the playbook's (``tuner/playbook/tune/``, its budget rule ``tuner/playbook/budget.py``);
+this command parses the flags, passes in what the procedure needs from above the playbook (the
+report's reading of a round, a phase run with its live view) and renders what it says
+(``_tune_view``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,64 +28,51 @@ from tuner.cli._options import (
 )
 
 if TYPE_CHECKING:
-    from tuner.cli.tune.context import TuneContext
+    from tuner.cli._phase_run import PhaseOutcome
+    from tuner.orchestrate.warm_start import SharedWarmStart
+    from tuner.playbook.tune.phase_runner import PhaseToRun
 
 
-def budget_in_steps(context: TuneContext) -> int:
-    """The budget in training steps: as given, or a duration converted once (then stored) at the
-    seconds per step of a short probe here (``tuner estimate``'s: steps, evals, and a trial's
-    start-up spread over round 1's length, else 100 steps), with as many trials side by side as
-    workers. A rough conversion, said in the log; a budget in steps is exact."""
-    budget = context.request.budget
-    if budget.steps is not None:
-        return budget.steps
-    raised = context.raised_from
-    if context.state.budget_steps is not None and raised is not None and raised.seconds:
-        # a longer duration than an earlier run's: its steps, at the pace it was converted at
-        return int(context.state.budget_steps * (budget.seconds or 0) / raised.seconds)
-    if context.state.budget_steps is not None:
-        return context.state.budget_steps
-    from tuner.playbook.budget import steps_for_duration
-    from tuner.playbook.estimate import plan_workers, probe_cost
+@dataclass
+class CommandLinePhases:
+    """``tune``'s ``PhaseRunner``: each phase run as ``sweep-lr`` / ``run-round`` run it (the same
+    ``run_phase``: live view, summary, ``typer.Exit`` on Ctrl-C or a spent failure budget),
+    sweep-lr's table and verdicts before its summary, every phase's workers forked from one
+    zygote (``warm_start``)."""
 
-    spec = context.home.spec
-    request = context.request
-    devices = request.devices.split(",") if request.devices else None
-    workers = plan_workers(
-        workers=request.workers,
-        devices=devices,
-        max_parallel=None,
-        budget=10**6,
-        processes_per_trial=spec.training.processes_per_trial,
-    )
-    cost = probe_cost(context.home, threads=workers.threads, device=workers.device)
-    # a trial's start-up, spread over the steps of a short trial (round 1's: most trials are)
-    trial = spec.rounds.round1.steps or max(spec.training.eval_every, 100)
-    per_step = cost.seconds_per_step(spec.training.eval_every) + cost.startup_s / trial
-    assert budget.seconds is not None
-    steps = steps_for_duration(budget.seconds, per_step, len(workers.labels))
-    context.say(
-        f"budget {budget.text} = {steps:,} training steps at {per_step:.3g} s a step (a probe here, "
-        f"start-up included) on {len(workers.labels)} workers"
-    )
-    return steps
+    warm_start: SharedWarmStart
+    progress: bool
 
+    def run(self, phase: PhaseToRun) -> None:
+        from tuner.cli._phase_run import PhaseRequest, run_phase
+        from tuner.playbook.phase_names import SWEEP_PHASE
 
-def refuse_no_sweep_without_length(context: TuneContext) -> None:
-    """``--no-sweep`` on a study whose ``max_train_steps`` nothing gives: refused before anything
-    is written (a study that ``tune`` has started keeps the stages it decided)."""
-    from tuner.cli.tune.studies import base_sets, production
-    from tuner.errors import UsageError
-    from tuner.spec import load_study
-
-    if context.request.switches.sweep:
-        return
-    loaded = load_study(context.home.path, base_sets(context))
-    if production(context, loaded) is None and not context.state.stages:
-        raise UsageError(
-            "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
-            "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
+        run_phase(
+            PhaseRequest(
+                path=phase.path,
+                phase=phase.phase,
+                set_=phase.sets,
+                output_dir=phase.output_dir,
+                workers=phase.workers,
+                devices=phase.devices,
+                storage=phase.storage,
+                progress=self.progress,
+                budget={
+                    "max_trials": phase.max_trials,
+                    "timeout_h": phase.timeout_h,
+                    "max_failed": phase.max_failed,
+                },
+            ),
+            before_summary=_sweep_table if phase.phase == SWEEP_PHASE else None,
+            warm_start=self.warm_start,
         )
+
+
+def _sweep_table(outcome: PhaseOutcome) -> None:
+    """sweep-lr's table and verdicts, as ``tuner sweep-lr`` prints them before its summary."""
+    from tuner.cli.sweep_lr_cmd import show_result
+
+    show_result(outcome, as_json=False)
 
 
 @guarded
@@ -150,12 +138,15 @@ def tune(
     progress: bool = progress_option(),
 ) -> None:
     """Tune a study within one budget: sweep-lr, round 1, the report's suggestions, round 2, the model."""
-    from tuner.cli.tune.context import TuneRequest
-    from tuner.cli.tune.driver import drive, open_context
-    from tuner.cli.tune.projection import project
+    from tuner.cli._console import out
+    from tuner.cli._tune_view import TuneView
     from tuner.errors import UsageError
+    from tuner.orchestrate.warm_start import SharedWarmStart
     from tuner.playbook.budget import parse_budget
+    from tuner.playbook.tune import TuneRequest
+    from tuner.playbook.tune import tune as run_tune
     from tuner.playbook.tune_plan import Switches
+    from tuner.report.tune_advice import ReportAdvisor
 
     parsed = parse_budget(budget)
     if max_searches < 1:
@@ -183,67 +174,19 @@ def tune(
             full_length_round1=not short_round1,
         ),
         dry_run=dry_run,
-        as_json=as_json,
-        progress=progress,
         search_seed=search_seed,
         max_failed=max_failed,
     )
-    context = open_context(request)
-    if search_seed is not None:
-        spec = context.home.spec
-        context.say(
-            f"a fresh search: search_seed {search_seed} draws round 1's points and every trial's init "
-            f"and data order; the data split is seed {spec.seed}'s, as in every search of the file; "
-            f"studied as {spec.name}"
-        )
-    if max_failed is not None:
-        context.say(f"failure budget: {max_failed} failed trials in each phase it runs (--max-failed)")
-    refuse_no_sweep_without_length(context)
-    context.budget_steps = budget_in_steps(context)
-    if dry_run:
-        plan = project(context)
-        if as_json:
-            typer.echo(json.dumps({"schema": "tuner.tune/1", "plan": plan.to_json()}, indent=2))
-            return
-        context.say(
-            f"plan for {context.home.spec.name} within {context.budget_steps:,} training steps (nothing run)"
-        )
-        for line in plan.lines():
-            context.console.print(line, markup=False, highlight=False)
-        return
-    if context.raised_from is not None:
-        from tuner.cli.tune.driver import raise_budget
-
-        raise_budget(context)
-    context.state.budget_steps = context.budget_steps
-    context.state.switches = asdict(request.switches)
-    context.save()
-    from tuner.cli._console import out
-    from tuner.cli.tune.deliver import deliver
-
+    view = TuneView(as_json)
     was_quiet = out.quiet
     out.quiet = was_quiet or as_json  # stdout holds the JSON alone; the phases' summaries are in it
-    from tuner.orchestrate.warm_start import SharedWarmStart
-
     try:
-        with SharedWarmStart() as context.warm_start:
-            final = drive(context)
+        with SharedWarmStart() as warm_start:
+            run_tune(
+                request,
+                advisor=ReportAdvisor(),
+                runner=CommandLinePhases(warm_start, progress),
+                emit=view.show,
+            )
     finally:
         out.quiet = was_quiet
-        if parsed.seconds is not None:  # a duration: the seconds of a run stopped by Ctrl-C count too
-            with contextlib.suppress(Exception):  # never hiding why it stopped (an outage, say)
-                context.save()
-    plan = project(context)
-    context.say(
-        f"spent {plan.steps_ran:,} of {context.budget_steps:,} training steps "
-        f"({', '.join(f'{p.stage} {p.steps_ran:,}' for p in plan.phases)})"
-    )
-    model = deliver(context, final)
-    if as_json:
-        payload = {
-            "schema": "tuner.tune/1",
-            **context.state.to_json(),
-            "plan": plan.to_json(),
-            "delivered_model": model.to_json() if model is not None else None,
-        }
-        typer.echo(json.dumps(payload, indent=2, allow_nan=False, default=str))

@@ -28,7 +28,7 @@ _EXPORTS = {
     "open_storage": "tuner.orchestrate.storage",
     "redact_url": "tuner.orchestrate.storage",
     "resolve_storage_url": "tuner.orchestrate.storage",
-    "with_retries": "tuner.orchestrate.storage",
+    "with_retries": "tuner.orchestrate.storage_retries",
     "TrialJob": "tuner.orchestrate.trial_process",
     "WorkerOptions": "tuner.orchestrate.worker",
     "WorkerResult": "tuner.orchestrate.worker",

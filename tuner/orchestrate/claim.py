@@ -49,7 +49,7 @@ from tuner.orchestrate.failures import enqueue_missing_retries
 from tuner.orchestrate.heartbeat import HeartbeatThread, record_beat
 from tuner.orchestrate.locks import LostLocks, has_lock, phase_lock
 from tuner.orchestrate.phase import PhaseSettings, storage_clock
-from tuner.orchestrate.storage import with_retries
+from tuner.orchestrate.storage_retries import with_retries
 
 TOKEN_ATTR = "claim_token"
 OWNER_ATTR = "claim_owner"  # system attribute: the token of the claim that started the trial

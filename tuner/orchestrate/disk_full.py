@@ -54,6 +54,20 @@ def disk_full_path(error: BaseException, default: str | Path = "") -> str | None
     return None
 
 
+def storage_place(url: str) -> str:
+    """Where the storage at ``url`` keeps its data, as a full disk is named: an SQLite file's
+    path, else the server (whose disk this machine cannot see)."""
+    from sqlalchemy.engine import make_url
+
+    from tuner.orchestrate.storage import redact_url
+
+    with contextlib.suppress(Exception):
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database:
+            return parsed.database
+    return f"the storage's server ({redact_url(url)})"
+
+
 class SpaceReserve:
     """``RESERVE_BYTES`` held in ``path`` until ``release()`` (see the module docstring).
 

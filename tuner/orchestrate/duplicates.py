@@ -20,7 +20,7 @@ from typing import Any
 
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate.budget import DUPLICATE_ATTR, counted, slot_key
-from tuner.orchestrate.storage import with_retries
+from tuner.orchestrate.storage_retries import with_retries
 
 __all__ = ["RECONCILE_ATTEMPTS", "counted", "yield_duplicates"]
 

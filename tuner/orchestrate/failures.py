@@ -151,7 +151,7 @@ def fail_trial(
     Runs under the phase lock, so two workers failing the same stale trial cannot both retry it.
     Returns whether this call failed the trial. Idempotent: ``with_retries`` may call it again.
     """
-    from tuner.orchestrate.storage import with_retries
+    from tuner.orchestrate.storage_retries import with_retries
 
     lost, enqueued = LostLocks(), []
     failed_here = with_retries(

@@ -25,9 +25,9 @@ finds the trial stale and fails it would wait on that row for as long as the fre
 did, in CI, for the whole 300 s of a test. ``end_stalled_transactions`` has the server end a
 tuner session that sits in a transaction for the same ``$TUNER_PHASE_LOCK_WAIT_S`` (tuner's
 transactions last milliseconds): its locks go with it, and the thawed worker's next call finds
-the connection gone and is retried on a new one (``storage.with_retries``). For the same reason
-the phase lock itself is a transaction lock held in an open transaction: a holder frozen inside
-the critical section loses it after that time, not only the others' patience.
+the connection gone and is retried on a new one (``storage_retries.with_retries``). For the same
+reason the phase lock itself is a transaction lock held in an open transaction: a holder frozen
+inside the critical section loses it after that time, not only the others' patience.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def start_phase(
     ``expected_attrs`` must match what the phase was started with (e.g. the training config's
     hash): mixing trials of two configurations in one phase would make its results meaningless.
     """
-    from tuner.orchestrate.storage import with_retries
+    from tuner.orchestrate.storage_retries import with_retries
 
     # every step is idempotent: a storage error (a dropped connection) just runs it again
     return with_retries(
@@ -221,7 +221,7 @@ def compare_and_set_attr(
     """
     import optuna
 
-    from tuner.orchestrate.storage import with_retries
+    from tuner.orchestrate.storage_retries import with_retries
 
     def attempt() -> AttrSwap:
         name = optuna_study_name(study, phase)
@@ -288,7 +288,7 @@ def open_phase(storage: Any, study: str, phase: str, *, sampler: Any = None) -> 
     import optuna
 
     from tuner.orchestrate._optuna_adapter import skew_optuna_stamps
-    from tuner.orchestrate.storage import with_retries
+    from tuner.orchestrate.storage_retries import with_retries
 
     skew_optuna_stamps()  # a no-op unless a test sets a clock offset
     name = optuna_study_name(study, phase)

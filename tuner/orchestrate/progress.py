@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.orchestrate.budget import Decision, PhaseCounts, count_trials, decide
 from tuner.orchestrate.phase import PhaseSettings, window_started_at
-from tuner.orchestrate.storage import with_retries
+from tuner.orchestrate.storage_retries import with_retries
 
 REFRESH_ATTEMPTS = 2  # a refresh comes again within a second: no need to wait out a long backoff
 

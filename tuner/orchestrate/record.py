@@ -40,7 +40,7 @@ from tuner.orchestrate.messages import (
     TimedOut,
 )
 from tuner.orchestrate.phase import PhaseSettings
-from tuner.orchestrate.storage import with_retries
+from tuner.orchestrate.storage_retries import with_retries
 from tuner.orchestrate.supervise import TrialAbandoned
 
 # a run that ended by itself with a value: it trained to the end, or a callback's goal was met

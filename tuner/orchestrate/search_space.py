@@ -4,7 +4,8 @@ Round 1 is quasi-random by default (the playbook's choice for exploration): slot
 point ``i`` of a scrambled Halton sequence, so the points cover the space evenly from the very
 first trials, whatever the number of workers, and re-running with a larger budget continues the
 same sequence. Optuna's own QMC sampler only learns the space from the first
-finished trial, so its first parallel trials would be plain random.
+finished trial, so its first parallel trials would be plain random. Without a fixed point, the
+study's sampler picks one once the trial exists (``sampled_point``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def suggest(trial: Any, name: str, distribution: Any) -> Any:
     return trial.suggest_int(
         name, distribution.low, distribution.high, log=distribution.log, step=distribution.step
     )
+
+
+def sampled_point(study: Any, trial_id: int, distributions: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampler's point for trial ``trial_id``, which the worker created (not ``Study.ask``):
+    one ``suggest`` per parameter. A sampler that computes with torch (``GPSampler``) runs torch
+    ops in the worker, which then forks each trial's process: an OpenMP thread pool started here
+    would be copied half-alive into the child, whose first parallel op hangs. On one thread no
+    pool is started; the trial's process sets its own threads."""
+    import sys
+
+    from tuner.orchestrate._optuna_adapter import trial_for_sampling
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    trial = trial_for_sampling(study, trial_id)
+    return {key: suggest(trial, key, dist) for key, dist in distributions.items()}
 
 
 def to_config_values(space: Mapping[str, Param], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,10 @@ with what the child reports, beats the trial's heartbeat, enforces the timeout, 
 way the child can die into a recorded failure (and, when allowed, a retry that resumes).
 
 Its three jobs live in their own modules: ``claim.py`` (lock, budget, trial creation),
-``supervise.py`` + ``heartbeat.py`` (the child), ``record.py`` (Optuna writes). A storage error
-that outlasts ``with_retries`` is raised, not returned: a crashed worker must look different
-from a phase whose failure budget is spent.
+``supervise.py`` + ``heartbeat.py`` (the child), ``record.py`` (Optuna writes); which folder a
+trial trains in is ``trial_folder.py``. A storage error that outlasts ``with_retries`` is
+raised, not returned: a crashed worker must look different from a phase whose failure budget is
+spent.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +31,7 @@ from tuner.orchestrate._process import SignalFlag
 from tuner.orchestrate.budget import Action, Decision
 from tuner.orchestrate.claim import Claimed, Claimer, NewSlot
 from tuner.orchestrate.code_version import code_version
-from tuner.orchestrate.disk_full import DiskFull, SpaceReserve, disk_full_path
+from tuner.orchestrate.disk_full import DiskFull, SpaceReserve, disk_full_path, storage_place
 from tuner.orchestrate.failures import (
     CODE_ATTR,
     FailureReason,
@@ -51,21 +51,13 @@ from tuner.orchestrate.messages import Errored
 from tuner.orchestrate.outage import is_storage_error, recovered_within
 from tuner.orchestrate.phase import PhaseSettings, open_phase, window_started_at
 from tuner.orchestrate.record import Recorder
-from tuner.orchestrate.search_space import Param, distributions, suggest, to_config_values
+from tuner.orchestrate.search_space import Param, distributions, sampled_point, to_config_values
 from tuner.orchestrate.stall import StallRule
-from tuner.orchestrate.storage import open_storage, with_retries
+from tuner.orchestrate.storage import open_storage
+from tuner.orchestrate.storage_retries import with_retries
 from tuner.orchestrate.supervise import supervise
+from tuner.orchestrate.trial_folder import folder_freed, own_dir, trial_dir
 from tuner.orchestrate.trial_process import TrialJob
-
-
-def _sampler_on_one_thread() -> None:
-    """A sampler that computes with torch (``GPSampler``) runs torch ops in the worker, which then
-    forks each trial's process: an OpenMP thread pool started here would be copied half-alive
-    into the child, whose first parallel op hangs. On one thread no pool is started; the trial's
-    process sets its own threads."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
 
 
 @dataclass
@@ -152,7 +144,7 @@ class Worker:
                 self._write_status("stopped", str(full))
                 raise
             except Exception as error:
-                path = disk_full_path(error, self._storage_place())
+                path = disk_full_path(error, storage_place(self.options.storage_url))
                 if path is None:
                     raise
                 self.reserve.release()  # room for the last records
@@ -213,7 +205,7 @@ class Worker:
         known = bool(params) and params.keys() == self.distributions.keys()
         if known:
             try:
-                job = self._job(slot, params, self._run_dir(slot, 0, None))
+                job = self._job(slot, params, own_dir(self.options.phase_dir, slot, 0))
                 user_attrs.update(self._bookkeeping(job))
                 self._prepared[slot] = job
             except Exception:  # a bad point: _run_trial meets the error again and records it
@@ -231,25 +223,6 @@ class Worker:
             self._warm_up = None
 
     # -- one trial --------------------------------------------------------------------------
-    def _run_dir(self, slot: int, attempt: int, resume_dir: str | None) -> Path:
-        """A retry resumes in its predecessor's folder when that folder belongs to this worker's
-        output folder (this machine, or a file system shared under the same path); a folder of
-        another output folder is another machine's, even if visible here: it starts over in a
-        folder of its own rather than write into someone else's tree."""
-        if resume_dir and Path(resume_dir).resolve().parent == self.options.phase_dir.resolve():
-            return Path(resume_dir)
-        return self._own_dir(slot, attempt)
-
-    def _own_dir(self, slot: int, attempt: int) -> Path:
-        """``trial-0007`` for a slot's first attempt, ``trial-0007.2`` for a retry starting over."""
-        name = f"trial-{slot:04d}" if attempt == 0 else f"trial-{slot:04d}.{attempt}"
-        return self.options.phase_dir / name
-
-    def _sample(self, trial_id: int) -> dict[str, Any]:
-        _sampler_on_one_thread()
-        trial = adapter.trial_for_sampling(self.study, trial_id)
-        return {key: suggest(trial, key, dist) for key, dist in self.distributions.items()}
-
     def _job(self, slot: int, params: dict[str, Any], run_dir: Path) -> TrialJob:
         return self.options.make_job(slot, to_config_values(self.options.search_space, params), run_dir)
 
@@ -273,19 +246,6 @@ class Worker:
             self._prepare_and_run(claimed, settings, beat)
         self._current = None  # kept on an error: ``run`` may still have to record it
 
-    def _storage_place(self) -> str:
-        """Where the storage keeps its data, as a full disk is named."""
-        from sqlalchemy.engine import make_url
-
-        from tuner.orchestrate.storage import redact_url
-
-        url = self.options.storage_url
-        with contextlib.suppress(Exception):
-            parsed = make_url(url)
-            if parsed.get_backend_name() == "sqlite" and parsed.database:
-                return parsed.database
-        return f"the storage's server ({redact_url(url)})"
-
     def _settle_current(self, path: str) -> None:
         """The trial a full disk stopped (the child is already gone): ``disk_full``, continued
         later without spending a retry. Best effort: the disk may refuse this too."""
@@ -304,11 +264,11 @@ class Worker:
         frozen = claimed.trial
         slot = int(frozen.user_attrs.get("slot", frozen.number))
         attempt = int(frozen.user_attrs.get("attempt", 0))
-        run_dir = self._run_dir(slot, attempt, frozen.user_attrs.get("resume_dir"))
+        run_dir = trial_dir(self.options.phase_dir, slot, attempt, frozen.user_attrs.get("resume_dir"))
         if attempt and not self._folder_freed(run_dir, beat):
             # its predecessor still holds it (a frozen machine's trial, not dead yet): never
             # write a folder another process holds; start over in one of our own
-            run_dir = self._own_dir(slot, attempt)
+            run_dir = own_dir(self.options.phase_dir, slot, attempt)
         job = self._prepared.pop(slot, None) if attempt == 0 and "run_dir" in frozen.user_attrs else None
         status: dict[str, Any] = {"trial": frozen.number, "slot": slot, "attempt": attempt}  # live view
         recorder = Recorder(
@@ -326,7 +286,7 @@ class Worker:
             if job is None:  # a retry, or a point the sampler chooses now
                 # the sampler reads the storage (TPE reads every trial): retried like any read;
                 # a repeated suggest returns the value already stored, so a retry is harmless
-                params = with_retries(self._sample, claimed.trial_id)
+                params = with_retries(sampled_point, self.study, claimed.trial_id, self.distributions)
                 job = self._job(slot, params, run_dir)
                 with_retries(adapter.set_user_attrs, self.storage, claimed.trial_id, self._bookkeeping(job))
         except UpdateFinishedTrialError:
@@ -376,16 +336,15 @@ class Worker:
         return limit
 
     def _folder_freed(self, run_dir: Path, beat: HeartbeatThread) -> bool:
-        """Wait (up to a heartbeat grace) for another process to let go of ``run_dir``."""
-        from tuner.train.run_folder import is_locked
-
-        deadline = time.monotonic() + heartbeat_settings()[1]
-        while run_dir.is_dir() and is_locked(run_dir):
-            if time.monotonic() >= deadline or self.signals.count or beat.ended_elsewhere.is_set():
-                return False
-            self._write_status("waiting", f"{run_dir.name} is still held by its previous attempt")
-            time.sleep(0.2)
-        return True
+        """Wait (up to a heartbeat grace) for another process to let go of ``run_dir``; a signal,
+        or another worker ending the trial, stops the wait."""
+        held = f"{run_dir.name} is still held by its previous attempt"
+        return folder_freed(
+            run_dir,
+            heartbeat_settings()[1],
+            give_up=lambda: bool(self.signals.count) or beat.ended_elsewhere.is_set(),
+            on_wait=lambda: self._write_status("waiting", held),
+        )
 
     def _write_status(self, state: str, detail: str, **fields: Any) -> None:
         """``<phase>/.workers/<label>.json``: what this worker does, for the live display."""

@@ -1,7 +1,7 @@
 """``tuner tune --budget N``: the budget, and the rule that splits it between the phases.
 
 One budget, in training steps (``5000``) or as a duration (``2h``, ``30m``, ``90s``), converted to
-steps once with the seconds per step measured so far (``tune_cmd``). The split, every number a
+steps once with the seconds per step measured so far (``tune/opening.py``). The split, every number a
 step count of trials that train to their length (a retry resumes from its checkpoint: no step is
 trained twice), so the phases together never train more than the budget:
 

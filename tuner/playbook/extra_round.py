@@ -12,7 +12,7 @@ run at full length, so ``tune`` keeps a share of the budget for one round decide
 - **longer** (``ExtraKind.LONGER``), when the report's best-step verdict says the last round's
   runs were still improving, or when ``tune`` set the length by sweep-lr, which trains with the
   searched regularisation off, and neither the round's best steps nor the sweep's validation
-  best came early (noisy labels: longer runs memorise there) (``tuner/cli/tune/extra.py``,
+  best came early (noisy labels: longer runs memorise there) (``tuner/playbook/tune/extra.py``,
   ``unregularised_length``: the playbook's warning that regularisation slows training, which a
   position verdict under a decaying schedule does not show): the chosen point (the round's best
   mean over seeds: the point the delivered-model rule would pick) on ``SPREAD_SEEDS`` new seeds,

@@ -1,7 +1,7 @@
 """What ``tuner tune`` runs next, and its plan with step totals (``--dry-run``, ``tuner estimate``).
 
 The decisions are taken here, one phase at a time, with the budget rule of ``budget.py``: the
-driver (``tuner/cli/tune``) takes them as each phase comes, and ``--dry-run`` / ``estimate``
+driver (``tuner/playbook/tune``) takes them as each phase comes, and ``--dry-run`` / ``estimate``
 take the same ones ahead, with what ran read from the storage, so the three agree on the totals.
 """
 

@@ -14,7 +14,8 @@ comes after 10% of training, "the first 10%" cannot be seen, and the report says
 ``MIN_EVALS`` (4) evals in a run give no position verdict at all, and "still improving" needs at
 least ``MIN_LATE_EVALS`` (2) evals in the last 25%: with evals only at steps 100 and 120 of 120,
 every best step lands there by construction. Then the verdict is "cannot tell", with the largest
-readable ``eval_every`` that gives those evals in the study's shortest round (round 1).
+readable ``eval_every`` that gives those evals in the study's shortest round (round 1): those
+verdicts are ``best_step_resolution``.
 """
 
 from __future__ import annotations
@@ -26,20 +27,13 @@ from typing import Any, ClassVar
 
 from tuner.playbook.curve_trend import CurveTrend, late_trend, rise_after_best
 from tuner.report.after_best import RISE, AfterBest, error_of, worsening_top, worsens_verdict
-from tuner.report.eval_grid import (
-    LATE,
-    MIN_EVALS,
-    MIN_LATE_EVALS,
-    eval_counts,
-    readable_at_most,
-    suggested_eval_every,
-)
+from tuner.report.best_step_resolution import coarse_finding, unresolved
+from tuner.report.eval_grid import EARLY, LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.length_cut import production_of, round_up, shorten
 from tuner.report.study_data import PhaseData, TrialSlot
 
-EARLY = 0.10  # best step <= 10% of max_train_steps
 TOP = 5
 LATE_CURVES = 30  # beyond the top: the best-ranked late trials whose curves test "still falling"
 TOP_NEEDED = 3
@@ -47,10 +41,6 @@ MIN_TRIALS = 3
 LATE_GROWTH = 1.5  # suggested length: 1.5 x max_train_steps
 CONSISTENT = f"at least {TOP_NEEDED} of the {TOP} best trials and at least half of all completed trials"
 HISTOGRAM_BINS = 10
-RESOLUTION_RULE = (
-    f"a position verdict needs at least {MIN_EVALS} evals in a run, and 'late' at least "
-    f"{MIN_LATE_EVALS} in its last {1 - LATE:.0%}"
-)
 
 
 @dataclass(frozen=True)
@@ -91,29 +81,6 @@ class BestStepUnknown(Finding):
     kind: ClassVar[str] = "best_step_too_few"
     completed: int
     needed: int
-
-
-@dataclass(frozen=True)
-class BestStepCoarse(Finding):
-    """The first eval is after 10% of training: a best step in the first 10% cannot be observed."""
-
-    kind: ClassVar[str] = "best_step_coarse"
-    eval_every: int
-    trial_steps: int
-    first_eval_position: float
-
-
-@dataclass(frozen=True)
-class BestStepUnresolved(Finding):
-    """Too few evals for the position to mean anything: where the best step lands is set by the
-    eval grid, not by the training."""
-
-    kind: ClassVar[str] = "best_step_unresolved"
-    eval_every: int
-    trial_steps: int
-    evals: int  # in a run
-    late_evals: int  # in its last 25%
-    suggested_eval_every: int | None
 
 
 @dataclass
@@ -162,22 +129,12 @@ def diagnose_best_step(
     eval_every, trial_steps = phase.eval_every, phase.trial_steps
     evals, _ = eval_counts(eval_every or 0, trial_steps or 0)
     if len(ranked) >= MIN_TRIALS and eval_every and trial_steps and evals < MIN_EVALS:
-        _unresolved(phase, result, "where in training the best checkpoints fall", shortest)
+        what = "where in training the best checkpoints fall"
+        unresolved(phase, result.findings, result.suggestions, what, shortest)
         return result
-    if eval_every and trial_steps and eval_every / trial_steps > EARLY:
-        finer = readable_at_most(EARLY * trial_steps)  # the first eval within the first 10%
-        result.findings.append(
-            BestStepCoarse(
-                eval_every=eval_every,
-                trial_steps=trial_steps,
-                first_eval_position=eval_every / trial_steps,
-                level=Level.INFO,
-                text=f"the first eval is at step {eval_every} of {trial_steps} "
-                f"({pct(eval_every / trial_steps)} of training), so a best step in the first 10% "
-                "cannot be seen",
-                advice=f"lower training.eval_every (e.g. to {finer}) for a finer answer",
-            )
-        )
+    coarse = coarse_finding(eval_every or 0, trial_steps or 0)
+    if coarse is not None:
+        result.findings.append(coarse)
     if len(ranked) < MIN_TRIALS:
         result.findings.append(
             BestStepUnknown(
@@ -246,7 +203,8 @@ def _verdict(
         and late_all >= half
         and eval_counts(eval_every, trial_steps)[1] < MIN_LATE_EVALS
     ):
-        _unresolved(phase, result, "whether the runs were still improving", shortest)
+        what = "whether the runs were still improving"
+        unresolved(phase, result.findings, result.suggestions, what, shortest)
         return
     if late_top >= needed_top and late_all >= half:
         late_curves = [curves[s.slot] for s in ranked if (s.position or 0.0) > LATE and s.slot in curves]
@@ -360,45 +318,3 @@ def _rises_beyond_noise(worsening: list[AfterBest], rise: CurveTrend, direction:
     fitted = rise.change * statistics.mean(1.0 - w.position for w in worsening)
     best_error = statistics.median(error_of(w.best, direction) for w in worsening)
     return fitted >= RISE * best_error - 1e-9  # inclusive, as the last eval's bound
-
-
-def _unresolved(phase: PhaseData, result: BestStepResult, what: str, shortest: int | None) -> None:
-    eval_every, trial_steps = phase.eval_every or 0, phase.trial_steps or 0
-    evals, late_evals = eval_counts(eval_every, trial_steps)
-    shortest = min(shortest or trial_steps, trial_steps)
-    suggested = suggested_eval_every(shortest)
-    better = suggested if suggested is not None and suggested < eval_every else None
-    advice = "train longer runs, so that evals can fall in more places"
-    if better is not None:
-        short_evals, short_late = eval_counts(better, shortest)
-        which = " (the shortest round)" if shortest < trial_steps else ""
-        advice = (
-            f"lower training.eval_every {eval_every} -> {better} ({short_evals} evals a run of {shortest} "
-            f"steps{which}, {short_late} in its last 25%"
-        )
-        production = production_of(phase)
-        if production is not None and production > shortest:
-            advice += f"; {eval_counts(better, production)[0]} at the full {production} steps"
-        advice += "), then judge the length again"
-    # the coarse note's advice is this one's: one verdict says it
-    result.findings[:] = [f for f in result.findings if not isinstance(f, BestStepCoarse)]
-    result.findings.append(
-        BestStepUnresolved(
-            eval_every=eval_every,
-            trial_steps=trial_steps,
-            evals=evals,
-            late_evals=late_evals,
-            suggested_eval_every=better,
-            level=Level.WARNING,
-            rule=RESOLUTION_RULE,
-            text=f"cannot tell {what}: {evals} evals in a run of "
-            f"{trial_steps} steps (eval_every {eval_every}), {late_evals} in its last 25%, so the "
-            "best step's position is set by the eval grid",
-            advice=advice,
-        )
-    )
-    if better is not None:
-        reason = (
-            f"{evals} evals a run, {late_evals} in its last 25%: too few to place best steps ({phase.phase})"
-        )
-        result.suggestions.append(Suggestion(("training", "eval_every"), eval_every, better, reason))

@@ -8,6 +8,7 @@ suggest must resolve the shortest round, and no more, since every eval is a pass
 
 from __future__ import annotations
 
+EARLY = 0.10  # best step <= 10% of the run: in its first 10%
 LATE = 0.75  # best step > 75% of the run: in its last 25%
 MIN_EVALS = 4  # evals in a run for any position verdict
 MIN_LATE_EVALS = 2  # evals in its last 25% for "still improving"

@@ -1,7 +1,8 @@
 """Round 1 -> round 2 transfer: did the short trials rank the points as the long ones do?
 
 Round 2 trains round 1's best points at full length; each of its trials records the round-1
-trial it came from (``source_trial``, ``source_value``). Rules (stated in every verdict):
+trial it came from (``source_trial``, ``source_value``): ``transfer_points`` pairs them up.
+Rules (stated in every verdict):
 - a point's round-2 value is the median over its seeds, at LR multiplier 1 where there is one;
 - the rank correlation is Spearman's (scipy), over points with a round-2 value, from 3 points;
 - top-k overlap: k = half the points (at least 1), the share of round 1's top k that stay in
@@ -23,7 +24,6 @@ trial it came from (``source_trial``, ``source_value``). Rules (stated in every 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar, Literal
@@ -33,38 +33,21 @@ from tuner.report.findings import Finding, Level, fmt, of, ordinal
 from tuner.report.longer_runs import longer_runs_finding
 from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
-from tuner.report.noise import Band, Noise, measure_noise
+from tuner.report.noise import Noise, measure_noise
 from tuner.report.scored_steps import scored_at_other_steps
-from tuner.report.study_data import PhaseData, SlotState
+from tuner.report.study_data import PhaseData
+from tuner.report.transfer_points import (
+    TransferPoint,
+    changed_beyond_noise,
+    kept_beyond_noise,
+    ranked_points,
+    source_rows,
+)
 
 MIN_POINTS = 3
 GOOD = 0.5  # rho at or above: transferred well
 
 Quality = Literal["good", "weak", "reversed", "within_noise", "too_few"]
-
-
-@dataclass(frozen=True)
-class TransferPoint:
-    source_trial: int
-    source_value: float
-    value: float | None  # round N's (median over seeds); None: no completed trial yet
-    seeds: int
-    source_rank: int  # 1 = round 1's best among the points
-    rank: int | None  # 1 = round N's best among the points
-    source_noise: Band | None = None  # round 1's value's noise band; None: not measured
-    noise: Band | None = None  # round N's
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source_trial": self.source_trial,
-            "source_value": self.source_value,
-            "value": self.value,
-            "seeds": self.seeds,
-            "source_rank": self.source_rank,
-            "rank": self.rank,
-            "source_noise": self.source_noise.to_json() if self.source_noise else None,
-            "noise": self.noise.to_json() if self.noise else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -103,94 +86,13 @@ class TransferResult:
         }
 
 
-@dataclass(frozen=True)
-class _Row:
-    source: int
-    source_value: float
-    values: list[float]  # round N's, one per seed (at LR multiplier 1 where there is one)
-
-    @property
-    def value(self) -> float | None:
-        return statistics.median(self.values) if self.values else None
-
-
-def _rows(phase: PhaseData) -> list[_Row]:
-    by_source: dict[int, dict[str, Any]] = {}
-    for slot in phase.slots:
-        source = slot.attrs.get("source_trial")
-        if source is None:
-            continue
-        entry = by_source.setdefault(
-            int(source), {"source_value": slot.attrs.get("source_value"), "runs": []}
-        )
-        entry["runs"].append(slot)
-    rows = []
-    for source, entry in by_source.items():
-        runs = entry["runs"]
-        at_one = [s for s in runs if float(s.attrs.get("lr_multiplier", 1.0)) == 1.0] or runs
-        values = [s.value for s in at_one if s.state is SlotState.COMPLETE and s.value is not None]
-        rows.append(_Row(source, float(entry["source_value"]), values))
-    return rows
-
-
-def _points(rows: list[_Row], noise: Noise, minimize: bool) -> list[TransferPoint]:
-    sign = 1.0 if minimize else -1.0
-    by_source_value = sorted(rows, key=lambda r: (sign * r.source_value, r.source))
-    source_rank = {r.source: i for i, r in enumerate(by_source_value, start=1)}
-    scored = sorted(
-        (r for r in rows if r.value is not None), key=lambda r: (sign * (r.value or 0.0), r.source)
-    )
-    rank = {r.source: i for i, r in enumerate(scored, start=1)}
-    return [
-        TransferPoint(
-            r.source,
-            r.source_value,
-            r.value,
-            len(r.values),
-            source_rank[r.source],
-            rank.get(r.source),
-            source_noise=noise.source_band(r.source_value),
-            noise=noise.band(r.values),
-        )
-        for r in by_source_value
-    ]
-
-
-def _changed_beyond_noise(scored: list[TransferPoint]) -> int | None:
-    """Pairs of points that both rounds tell apart and order differently; None when a value's
-    noise is not measured."""
-    return _pairs_beyond_noise(scored, same_order=False)
-
-
-def _kept_beyond_noise(scored: list[TransferPoint]) -> int | None:
-    """Pairs of points that both rounds tell apart and order alike; None when a value's noise is
-    not measured."""
-    return _pairs_beyond_noise(scored, same_order=True)
-
-
-def _pairs_beyond_noise(scored: list[TransferPoint], same_order: bool) -> int | None:
-    banded = [
-        (p.source_value, p.source_noise, p.value, p.noise)
-        for p in scored
-        if p.source_noise is not None and p.noise is not None and p.value is not None
-    ]
-    if len(banded) < len(scored):
-        return None
-    found = 0
-    for (source_a, source_band_a, a, band_a), (source_b, source_band_b, b, band_b) in combinations(banded, 2):
-        told_apart = source_band_a.apart(source_band_b) and band_a.apart(band_b)
-        if told_apart and ((source_a - source_b) * (a - b) > 0) is same_order:
-            found += 1
-    return found
-
-
 def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferResult | None:
     """For a round trained from an earlier round's points; None for any other phase."""
     if phase.plan is None or phase.plan.source_phase is None:
         return None
-    rows = _rows(phase)
+    rows = source_rows(phase)
     noise = measure_noise(phase, source, [r.values for r in rows])
-    points = _points(rows, noise, phase.minimize)
+    points = ranked_points(rows, noise, phase.minimize)
     result = TransferResult(phase.plan.source_phase, points)
     scored = [p for p in points if p.value is not None]
     k = max(1, len(scored) // 2)
@@ -211,8 +113,8 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         "top_k_overlap": overlap,
         "best_stayed_best": stayed,
         "rule": rule,
-        "changed_beyond_noise": _changed_beyond_noise(scored),
-        "kept_beyond_noise": _kept_beyond_noise(scored),
+        "changed_beyond_noise": changed_beyond_noise(scored),
+        "kept_beyond_noise": kept_beyond_noise(scored),
         "noise": noise.describe(),
     }
     if len(scored) < MIN_POINTS:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
-from tuner.cli.tune.context import TuneContext
-from tuner.cli.tune.studies import sets_for
 from tuner.errors import UsageError
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import round_phase
+from tuner.playbook.tune.context import TuneContext
+from tuner.playbook.tune.studies import sets_for
 from tuner.playbook.tune_plan import FULL_LENGTH_ROUND1, round1_decision
 from tuner.spec import LoadedStudy
 

@@ -2,9 +2,10 @@
 suggestions applied to a next study file, whose round 1 then runs), the later rounds, the model.
 
 Each phase is decided once (``tuner.playbook.tune_plan``: the budget rule), stored as a stage with
-its decision in the study's storage, then run as ``sweep-lr`` / ``run-round`` run it (the same
-``run_phase``). Ctrl-C stops the phase as it stops ``run-round`` (exit 130); running the same
-command again reads the stages back, skips the finished ones and continues the others as decided.
+its decision in the study's storage, then run by the ``PhaseRunner`` the command passed in (``tuner
+tune``'s runs it as ``sweep-lr`` / ``run-round`` do). Ctrl-C stops the phase as it stops
+``run-round`` (exit 130); running the same command again reads the stages back, skips the
+finished ones and continues the others as decided.
 """
 
 from __future__ import annotations
@@ -12,92 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.cli.tune.context import TuneContext, TuneRequest
-from tuner.cli.tune.studies import current_study, production, sets_for
 from tuner.errors import UsageError
-from tuner.playbook.budget import Budget
-from tuner.playbook.decision_log import Decision, Stage, TuneState, load_state
+from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
+from tuner.playbook.tune.context import TuneContext
+from tuner.playbook.tune.messages import StageSkipped
+from tuner.playbook.tune.phase_runner import PhaseToRun
+from tuner.playbook.tune.studies import current_study, production, sets_for
 from tuner.spec import LoadedStudy
 
 if TYPE_CHECKING:
     from tuner.playbook.sweep_result import NothingFits
 
-
-def open_context(request: TuneRequest) -> TuneContext:
-    """The study, its storage (not created for ``--dry-run``) and the state a previous run left."""
-    from tuner.orchestrate import resolve_storage_url
-    from tuner.spec import load_study
-    from tuner.workloads import check_study
-
-    loaded = load_study(request.path, request.sets)
-    if request.search_seed is not None:
-        request.sets = fresh_search_sets(request.sets, request.search_seed, loaded.spec.name)
-        loaded = load_study(request.path, request.sets)
-    check_study(loaded)
-    spec = loaded.spec
-    url = request.storage or resolve_storage_url(spec.storage, request.output_dir, spec.name)
-    context = TuneContext(request, loaded, url, TuneState(budget=request.budget))
-    stored = load_state(context.storage_of(loaded, create=False), spec.name)
-    if stored is not None:
-        if stored.budget is not None and not stored.budget.same_as(request.budget):
-            _check_raise(spec.name, stored, request.budget)
-            context.raised_from = stored.budget
-        context.state = stored
-        context.spent_before = stored.spent_s
-    from tuner.cli.tune.full_length import settle_resumed
-
-    settle_resumed(context)
-    return context
-
-
-def _check_raise(name: str, stored: TuneState, budget: Budget) -> None:
-    """A different ``--budget`` for a study being tuned: a larger one of the same kind (steps, or
-    a duration) goes on from what ran; anything else is refused in one line."""
-    old = stored.budget
-    assert old is not None
-    same_kind = (old.steps is None) == (budget.steps is None)
-    larger = same_kind and (budget.steps or budget.seconds or 0) > (old.steps or old.seconds or 0)
-    if not larger:
-        raise UsageError(
-            f"{name} is being tuned with --budget {old.text}; run the same command to continue it, "
-            f"or give a larger budget of the same kind (steps, or a duration) to go on from what ran "
-            f"(a smaller or another kind of budget needs another --output-dir / --storage)"
-        )
-
-
-def fresh_search_sets(sets: list[str], search_seed: int, name: str) -> list[str]:
-    """``--search-seed N``: the ``--set`` values of a fresh search of the study named ``name``:
-    ``search_seed`` N (round 1's points, every trial's init and data order; the data split stays
-    ``seed``'s) under the name ``NAME-searchN``, so that it has phases of its own beside the
-    study's first search in the same output folder, and the same command continues it."""
-    if any(item.partition("=")[0].strip() == "search_seed" for item in sets):
-        raise UsageError(f"--search-seed {search_seed} and --set search_seed=...: give one of them")
-    return [*sets, f"search_seed={search_seed}", f"name={name}-search{search_seed}"]
-
-
-def raise_budget(context: TuneContext) -> None:
-    """Log a larger ``--budget`` than the one the study was being tuned with: what ran counts,
-    and what the rounds left undone, or more rounds of its best points, take the rest."""
-    old = context.raised_from
-    assert old is not None
-    before = context.state.budget_steps or 0
-    spent = context.committed()
-    context.state.budget = context.request.budget
-    context.state.budget_steps = context.budget_steps
-    context.decide(
-        Decision(
-            "budget_raised",
-            context.home.spec.name,
-            f"budget raised {old.text} -> {context.request.budget.text} ({before:,} -> "
-            f"{context.budget_steps:,} training steps): the {spent:,} steps spent or planned count, and "
-            "the rest goes to the rounds still to run, then to more rounds of the best points, each "
-            "decided on the last one's report",
-            {"from_steps": before, "steps": context.budget_steps, "spent": spent},
-            short=f"budget raised {before:,} -> {context.budget_steps:,} training steps: the {spent:,} "
-            "spent count",
-        )
-    )
+NO_SWEEP_WITHOUT_LENGTH = (
+    "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
+    "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
+)
 
 
 class NoProgress(RuntimeError):
@@ -133,45 +64,32 @@ def _time_limit(context: TuneContext, stage: Stage) -> float | None:
 
 
 def run_stage(context: TuneContext, stage: Stage) -> None:
-    """Run the stage's phase as ``sweep-lr`` / ``run-round`` would (``typer.Exit`` on Ctrl-C or a
+    """Run the stage's phase by the command's ``PhaseRunner`` (which raises to stop: Ctrl-C, a
     spent failure budget), then mark it done."""
-    from tuner.cli._phase_run import PhaseRequest, run_phase
-
     if stage.done:
-        context.say(f"{stage.key}: done in an earlier run, not run again")
+        context.emit(StageSkipped(stage))
         return
+    assert context.runner is not None, "a projection runs no phase"
     request = context.request
-    if (line := context.budget_line()) is not None:
-        context.say(line)
+    if (standing := context.budget_standing()) is not None:
+        context.emit(standing)
     limit = _time_limit(context, stage)
     trials = None
     if stage.phase == round_phase(1):  # what it decided, or the slots another command added since
         trials = max(stage.trials or 0, context.slots_of(stage)) or stage.trials
-    before = None
-    if stage.phase == SWEEP_PHASE:
-        from tuner.cli.sweep_lr_cmd import show_result
-
-        def before(outcome):  # type: ignore[no-untyped-def]
-            show_result(outcome, as_json=False)
-
-    run_phase(
-        PhaseRequest(
+    context.runner.run(
+        PhaseToRun(
             path=Path(stage.study_file),
             phase=stage.phase,
-            set_=stage.sets,
+            sets=stage.sets,
             output_dir=request.output_dir,
             workers=request.workers,
             devices=request.devices,
             storage=request.storage,
-            progress=request.progress,
-            budget={
-                "max_trials": trials,
-                "timeout_h": limit,
-                "max_failed": request.max_failed,
-            },
-        ),
-        before_summary=before,
-        warm_start=context.warm_start,
+            max_trials=trials,
+            timeout_h=limit,
+            max_failed=request.max_failed,
+        )
     )
     stage.done = True
     context.save()
@@ -185,10 +103,7 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     stage = context.state.stage(spec.name, SWEEP_PHASE)
     if stage is None:
         if not context.request.switches.sweep:
-            raise UsageError(
-                "training.max_train_steps is not set and --no-sweep skips tuner sweep-lr, which finds "
-                "it: set it in the study file (or --set max_train_steps=N), or drop --no-sweep"
-            )
+            raise UsageError(NO_SWEEP_WITHOUT_LENGTH)
         stage, decision = sweep_decision(loaded, context.budget_steps, sets_for(context, loaded))
         context.record(stage, decision)
     run_stage(context, stage)
@@ -277,7 +192,7 @@ def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int)
 
 def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> LoadedStudy:
     """Round 1 decided (at full length by default: ``full_length``) and run; the study as it ran."""
-    from tuner.cli.tune.full_length import decide_round1
+    from tuner.playbook.tune.full_length import decide_round1
 
     stage = context.state.stage(loaded.spec.name, round_phase(1))
     if stage is None:
@@ -328,8 +243,8 @@ def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
 
 def drive(context: TuneContext) -> LoadedStudy:
     """Run every phase to the delivered model; returns the study that delivers it."""
-    from tuner.cli.tune.extra import after_last_round
-    from tuner.cli.tune.suggestions import next_study
+    from tuner.playbook.tune.extra import after_last_round
+    from tuner.playbook.tune.suggestions import next_study
 
     if not context.state.decisions:
         switches = context.request.switches
@@ -382,7 +297,7 @@ def drive(context: TuneContext) -> LoadedStudy:
         if extra is not None:
             run_stage(context, extra)
         if any(d.kind == "budget_raised" for d in context.state.decisions):
-            from tuner.cli.tune.extra import next_extra_round
+            from tuner.playbook.tune.extra import next_extra_round
 
             while (more := next_extra_round(context, loaded)) is not None:
                 run_stage(context, more)

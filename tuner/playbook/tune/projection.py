@@ -3,16 +3,18 @@ anything: what ran (the stages stored, their trained steps read from the storage
 same decisions as the driver's would plan next, assuming round 1's report suggests no change
 (then the extra round, or with ``--no-extra-round`` round 2's seeds, take the reserve), and the
 extra round as an upper bound (its kind is decided on the last round's report). ``--dry-run``
-prints it; ``tuner estimate`` too."""
+prints it; ``tuner estimate`` too. It reads no report and runs nothing: a projection's context
+has no advisor and no phase runner."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.cli.tune.context import TuneContext
 from tuner.playbook.budget import Budget
 from tuner.playbook.decision_log import Stage, TuneState
 from tuner.playbook.phase_names import SWEEP_PHASE, round_phase
+from tuner.playbook.tune.context import TuneContext
+from tuner.playbook.tune.request import TuneRequest
 from tuner.playbook.tune_plan import (
     PlannedPhase,
     TunePlan,
@@ -35,7 +37,7 @@ def _planned(stage: Stage) -> PlannedPhase:
 
 
 def project(context: TuneContext) -> TunePlan:
-    from tuner.cli.tune.studies import current_study, production, sets_for
+    from tuner.playbook.tune.studies import current_study, production, sets_for
 
     plan = TunePlan(context.budget_steps)
     committed = 0
@@ -63,7 +65,7 @@ def project(context: TuneContext) -> TunePlan:
         return plan
     round1_trials = None
     if context.state.stage(name, round_phase(1)) is None:
-        from tuner.cli.tune.full_length import decide_round1
+        from tuner.playbook.tune.full_length import decide_round1
 
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         stage, decision, loaded, note = decide_round1(context, loaded, length, searches, left)
@@ -113,7 +115,6 @@ def stored_plan(
 ) -> TunePlan | None:
     """The plan of a study ``tune`` has run on (its budget and flags as stored), for ``tuner
     estimate``; None if ``tune`` never ran on it. Reads only: nothing is created."""
-    from tuner.cli.tune.context import TuneContext, TuneRequest
     from tuner.orchestrate import resolve_storage_url
     from tuner.playbook.decision_log import load_state
     from tuner.playbook.tune_plan import Switches

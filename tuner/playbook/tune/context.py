@@ -1,4 +1,5 @@
-"""What one ``tuner tune`` run works with: the request, the storages, the state and its log."""
+"""What one ``tune`` run works with: the request, the storages, the state and its log, and what
+it asks of its caller (the report's reading, a phase run) and says to it (``emit``)."""
 
 from __future__ import annotations
 
@@ -7,37 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-
-from tuner.cli._console import err, out
 from tuner.playbook.budget import Budget
 from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
-from tuner.playbook.tune_plan import Switches
+from tuner.playbook.tune.messages import BudgetStanding, Decided, Emit, Note, silent
+from tuner.playbook.tune.request import TuneRequest
 from tuner.spec import LoadedStudy
 
 if TYPE_CHECKING:
-    from tuner.orchestrate.warm_start import SharedWarmStart
-
-LABEL = "tune         "
-
-
-@dataclass
-class TuneRequest:
-    """The command line."""
-
-    path: Path
-    budget: Budget
-    sets: list[str] = field(default_factory=list)
-    output_dir: Path = Path("runs")
-    storage: str | None = None
-    workers: int | None = None
-    devices: str | None = None
-    switches: Switches = field(default_factory=Switches)
-    dry_run: bool = False
-    as_json: bool = False
-    progress: bool = True
-    search_seed: int | None = None  # --search-seed: a fresh search, studied under its own name
-    max_failed: int | None = None  # --max-failed: every phase's failure budget (else its own)
+    from tuner.playbook.tune.advisor import Advisor
+    from tuner.playbook.tune.phase_runner import PhaseRunner
 
 
 @dataclass
@@ -51,10 +30,12 @@ class TuneContext:
     state: TuneState
     budget_steps: int = 0
     storages: dict[str, Any] = field(default_factory=dict)
-    warm_start: SharedWarmStart | None = None  # every phase's workers forked from one zygote
     started: float = field(default_factory=time.monotonic)  # this run's start
     spent_before: float = 0.0  # the wall seconds earlier runs took (stored in the state)
     raised_from: Budget | None = None  # this run's --budget is larger than the stored one's
+    emit: Emit = silent  # where what it decides and finds is said (``messages``)
+    advisor: Advisor | None = None  # a round's report (None: a projection, which reads none)
+    runner: PhaseRunner | None = None  # runs a phase (None: a projection, which runs none)
 
     def spent_s(self) -> float:
         """Wall seconds the runs of this ``tune`` have taken, this one included."""
@@ -65,12 +46,9 @@ class TuneContext:
         seconds = self.request.budget.seconds
         return None if seconds is None else seconds - self.spent_s()
 
-    @property
-    def console(self) -> Any:
-        return err if self.request.as_json else out
-
     def say(self, text: str) -> None:
-        self.console.print(escape(f"{LABEL}{text}"), highlight=False)
+        """A line that decides nothing (``Note``); a decision is said by ``decide`` / ``record``."""
+        self.emit(Note(text))
 
     def url_of(self, loaded: LoadedStudy) -> str:
         from tuner.orchestrate import resolve_storage_url
@@ -89,18 +67,18 @@ class TuneContext:
         return self.storages[url]
 
     def decide(self, decision: Decision) -> None:
-        """Log a decision: printed, and stored before anything acts on it."""
+        """Log a decision: stored before anything acts on it, then said."""
         self.state.decisions.append(decision)
         self.save()
-        self.say(decision.line)
+        self.emit(Decided(decision))
 
     def record(self, stage: Stage, decision: Decision) -> Stage:
         """Store a stage decided now with its decision, in one write (a re-run finds the stage
-        and runs it as decided), then print the decision."""
+        and runs it as decided), then say the decision."""
         self.state.stages.append(stage)
         self.state.decisions.append(decision)
         self.save()
-        self.say(decision.line)
+        self.emit(Decided(decision))
         return stage
 
     def save(self) -> None:
@@ -136,22 +114,15 @@ class TuneContext:
         stored = load_stored_phase(storage, stage.study, stage.phase)
         return len({slot_key(t)[0] for t in counted(stored.trials)}) if stored is not None else 0
 
-    def budget_line(self) -> str | None:
-        """``budget: 2,760 of 8,000 steps spent (34%), at most about 1m 20s left at this pace``:
-        where the whole budget stands, said before each phase (the phases' own bars show only
-        theirs); the time is an upper bound, at the pace of every run so far. None before any
-        step was trained: nothing to say yet."""
-        from tuner._format import duration
-
+    def budget_standing(self) -> BudgetStanding | None:
+        """Where the whole budget stands, said before each phase; None before any step was
+        trained: nothing to say yet. The time left is an upper bound, at the pace of every run
+        so far."""
         spent = sum(self.steps_of(stage) for stage in self.state.stages)
         if not spent:
             return None
         left = max(0, self.budget_steps - spent) * self.spent_s() / spent  # the pace so far
-        share = spent / max(1, self.budget_steps)
-        return (
-            f"budget: {spent:,} of {self.budget_steps:,} steps spent ({share:.0%}), "
-            f"at most about {duration(left)} left at this pace"
-        )
+        return BudgetStanding(spent, self.budget_steps, left)
 
     def committed(self) -> int:
         """Steps spent or promised: a finished stage's trained steps, else its share."""

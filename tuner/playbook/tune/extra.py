@@ -3,7 +3,8 @@ decided on its report (``tuner.playbook.extra_round``: longer runs of the chosen
 report says they were still improving, else more seeds), which takes every step left.
 
 Decided once and stored as a stage whose ``--set`` values add ``rounds.roundN+1`` to the study
-(the user's file is never rewritten); a re-run reads it back and continues it.
+(the user's file is never rewritten); a re-run reads it back and continues it. The report is
+read by the ``Advisor`` the command passed in (``RoundReading``: what of it the decision uses).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.cli._console import plural
+from tuner._format import plural
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import round_phase
+from tuner.playbook.tune.advisor import RoundReading
 
 if TYPE_CHECKING:
-    from tuner.cli.tune.context import TuneContext
-    from tuner.report.build import PhaseReport
+    from tuner.playbook.tune.context import TuneContext
     from tuner.spec import LoadedStudy
 
 NONE_KIND = "extra_round_none"
@@ -33,43 +34,12 @@ TRANSFER_MEANING = {
 }
 
 
-def _phase_report(context: TuneContext, loaded: LoadedStudy, phase: str) -> PhaseReport | None:
-    from tuner.cli.tune.suggestions import study_report
-
-    report = study_report(context, loaded)
-    return next((p for p in report.phases if p.data.phase == phase), None)
+def _read_round(context: TuneContext, loaded: LoadedStudy, phase: str) -> RoundReading:
+    assert context.advisor is not None, "a projection reads no report"
+    return context.advisor.read_round(context.url_of(loaded), loaded, phase)
 
 
-def transfer_text(report: PhaseReport | None) -> tuple[str, str] | None:
-    """The round's transfer verdict (its quality and its text), if the report has one."""
-    if report is None or report.transfer is None:
-        return None
-    verdict = next((f for f in report.transfer.findings if f.kind == "rank_correlation"), None)
-    if verdict is None:
-        return None
-    return str(getattr(verdict, "quality", "")), verdict.text
-
-
-def _completed_points(report: PhaseReport | None) -> int:
-    from tuner.playbook.ranked_points import points_of
-
-    if report is None:
-        return 0
-    return len(points_of([s.final for s in report.data.completed], report.data.plan))
-
-
-def still_improving(report: PhaseReport | None) -> str | None:
-    """The best-step verdict's text when it says the round's full-length runs were still
-    improving (the playbook's "train longer"), else None."""
-    if report is None or report.best_step is None:
-        return None
-    for finding in report.best_step.findings:
-        if finding.kind == "best_step_late" and not getattr(finding, "short_round", True):
-            return finding.text
-    return None
-
-
-def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: PhaseReport | None) -> str | None:
+def unregularised_length(context: TuneContext, loaded: LoadedStudy, reading: RoundReading) -> str | None:
     """Why the round's length may be too short though its runs were not still improving, else
     None: ``tune`` set ``max_train_steps`` by sweep-lr, which trains with the searched
     regularisation off, no report's suggestion changed it since (a length from best steps
@@ -86,17 +56,17 @@ def unregularised_length(context: TuneContext, loaded: LoadedStudy, report: Phas
     round 2 at sweep-lr's 125-175 steps had its best steps at 64-86% ("looks right"), and its
     chosen points trained 600 steps had a third to half the test error (0.0417 -> 0.0194,
     0.0444 -> 0.0250, 0.0194 -> 0.0139)."""
-    from tuner.cli.tune.studies import production, study_of
     from tuner.playbook.phase_names import SWEEP_PHASE
     from tuner.playbook.sweep_phase import stored_sweep_result, sweep_overrides
     from tuner.playbook.sweep_result import NothingFits
+    from tuner.playbook.tune.studies import production, study_of
 
-    if report is None or report.best_step is None:
+    if not reading.best_step_judged:
         return None
     sweep = next((stage for stage in context.state.stages if stage.phase == SWEEP_PHASE), None)
     if sweep is None:
         return None  # the length is the user's (or a sweep's run before tune)
-    if any(finding.kind == "best_step_early" for finding in report.best_step.findings):
+    if reading.best_early:
         return None
     swept = study_of(context, sweep)
     if production(context, loaded) != production(context, swept):
@@ -128,23 +98,21 @@ def after_last_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
     runs; the driver runs it). The last round's report is built once, and only if one of them
     is still to decide (a re-run reads both back)."""
     last = loaded.spec.rounds.numbers[-1]
-    report = cache(lambda: _phase_report(context, loaded, round_phase(last)))
-    _log_transfer(context, loaded, report)
-    return _extra_round(context, loaded, report) if context.request.switches.extra_round else None
+    reading = cache(lambda: _read_round(context, loaded, round_phase(last)))
+    _log_transfer(context, loaded, reading)
+    return _extra_round(context, loaded, reading) if context.request.switches.extra_round else None
 
 
-def _log_transfer(
-    context: TuneContext, loaded: LoadedStudy, report: Callable[[], PhaseReport | None]
-) -> None:
+def _log_transfer(context: TuneContext, loaded: LoadedStudy, reading: Callable[[], RoundReading]) -> None:
     """The file's last round's transfer verdict, in the decision log (once)."""
     number = loaded.spec.rounds.numbers[-1]
     stage_key = f"{loaded.spec.name}/{round_phase(number)}"
     if number < 2 or any(d.stage == stage_key and d.kind == "transfer" for d in context.state.decisions):
         return
-    found = transfer_text(report())
+    found = reading().transfer
     if found is None:
         return
-    quality, text = found
+    quality, text = found.quality, found.text
     text = f"{round_phase(number)}'s transfer: {quality}: {text}"
     if quality in ("weak", "reversed") and not context.request.switches.extra_round:
         text += f"; {max(context.left(), 0):,} steps left: no further round (--no-extra-round)"
@@ -154,7 +122,7 @@ def _log_transfer(
 
 
 def _extra_round(
-    context: TuneContext, loaded: LoadedStudy, report: Callable[[], PhaseReport | None]
+    context: TuneContext, loaded: LoadedStudy, reading: Callable[[], RoundReading]
 ) -> Stage | None:
     """The extra round's stage, decided on the last round's report once (a re-run reads it back);
     None when none runs."""
@@ -166,10 +134,10 @@ def _extra_round(
     key = f"{spec.name}/{round_phase(last)}"
     if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions):
         return None
-    return _decide(context, loaded, last, report())
+    return _decide(context, loaded, last, reading())
 
 
-def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseReport | None) -> Stage | None:
+def _decide(context: TuneContext, loaded: LoadedStudy, last: int, reading: RoundReading) -> Stage | None:
     from tuner.playbook.budget import LaterRound
     from tuner.playbook.extra_round import ExtraKind, shape_extra_round
     from tuner.spec import load_study
@@ -183,10 +151,10 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
     assert ran is not None
     # the points round N+1 can take: round N's completed ones (a failed point has none), each LR
     # multiplier of a point a point of its own, as later_rounds.top_points counts them
-    points = _completed_points(report)
+    points = reading.completed_points
     as_ran = LaterRound(last, points, ran.seeds, 1, before.steps_per_trial)
-    late = still_improving(report)
-    unregularised = None if late is not None else unregularised_length(context, loaded, report)
+    late = reading.still_improving
+    unregularised = None if late is not None else unregularised_length(context, loaded, reading)
     if late is not None:
         why_longer: str | None = f"round {last}'s report says {late}"
     else:
@@ -235,9 +203,9 @@ def _decide(context: TuneContext, loaded: LoadedStudy, last: int, report: PhaseR
         )
     else:
         why = "no longer run fits the steps left" if why_longer else "its runs were not still improving"
-        found = transfer_text(report)
-        if found is not None and found[0] != "good":
-            why += f"; its transfer is {found[0]}: more runs per point tell the points apart"
+        found = reading.transfer
+        if found is not None and found.quality != "good":
+            why += f"; its transfer is {found.quality}: more runs per point tell the points apart"
         points = plural(shape.top_k, "point")
         short = (
             f"round {shape.number}: round {last}'s {points} again on {plural(shape.seeds, 'new seed')} "
@@ -280,4 +248,4 @@ def next_extra_round(context: TuneContext, loaded: LoadedStudy) -> Stage | None:
     key = f"{spec.name}/{latest.phase}"
     if any(d.kind == NONE_KIND and d.stage == key for d in context.state.decisions[raised:]):
         return None
-    return _decide(context, loaded, number, _phase_report(context, loaded, latest.phase))
+    return _decide(context, loaded, number, _read_round(context, loaded, latest.phase))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.cli.tune.context import TuneContext
 from tuner.playbook.decision_log import Stage
+from tuner.playbook.tune.context import TuneContext
 from tuner.spec import LoadedStudy
 
 

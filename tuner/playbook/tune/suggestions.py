@@ -7,10 +7,15 @@ next study has its own name and phases (``digits-mlp`` -> ``digits-mlp-2``), its
 ``<output>/<study>/tune/``. It is searched only when what is left of the budget holds a round 1
 of at least ``MIN_SEARCH_TRIALS`` trials besides the later rounds; else the log says why not and
 round 2 runs on the first study's round 1. Decided once: a re-run reads the decision back.
+
+The report is read and the file written by the ``Advisor`` the command passed in (the report
+sits above the playbook); which suggestions apply, and whether the next study fits, is decided
+here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,9 +25,8 @@ from tuner.playbook.decision_log import Decision
 from tuner.playbook.phase_names import round_phase
 
 if TYPE_CHECKING:
-    from tuner.cli.tune.context import TuneContext
-    from tuner.report.build import StudyReport
-    from tuner.report.findings import Suggestion
+    from tuner.playbook.tune.advisor import SuggestedChange
+    from tuner.playbook.tune.context import TuneContext
     from tuner.spec import LoadedStudy
 
 KINDS = ("suggestions_applied", "suggestions_none", "suggestions_not_applied")
@@ -30,7 +34,8 @@ KINDS = ("suggestions_applied", "suggestions_none", "suggestions_not_applied")
 
 def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     """The next study to search (its file written), or None: round 2 follows on ``loaded``."""
-    from tuner.cli.tune.studies import base_sets
+    from tuner.output import phase_dir
+    from tuner.playbook.tune.studies import base_sets
     from tuner.spec import load_study
 
     stage_key = f"{loaded.spec.name}/{round_phase(1)}"
@@ -39,7 +44,9 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
         if earlier.kind != "suggestions_applied":
             return None
         return load_study(Path(earlier.numbers["file"]), base_sets(context, home=False))
-    suggestions, report = _suggestions(context, loaded)
+    assert context.advisor is not None, "a projection reads no report"
+    advice = context.advisor.round1_advice(context.url_of(loaded), loaded)
+    suggestions = list(advice.suggestions)
     switches = context.request.switches
     searches = sum(1 for s in context.state.stages if s.phase == round_phase(1))
     listed = _listed(suggestions)
@@ -62,12 +69,10 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
         why_not = f"--max-searches {switches.max_searches} reached"
     if why_not:
         return _not_applied(context, stage_key, listed, why_not)
-    destination = _destination(context, loaded)
-    from tuner.report.next_study import write_next_study
-
-    written = write_next_study(loaded.path, report, destination, suggestions=kept)
+    written = advice.write_next(phase_dir(context.request.output_dir, context.home.spec.name, "tune"), kept)
     if not written.written:
         return _not_applied(context, stage_key, listed, written.nothing)
+    destination = written.path
     following = load_study(destination, base_sets(context, home=False))
     try:
         _check_fits(context, following)
@@ -89,7 +94,7 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     return following
 
 
-def _changed(suggestions: list[Suggestion]) -> str:
+def _changed(suggestions: Sequence[SuggestedChange]) -> str:
     """``optimizer.lr's range, max_train_steps``: what the suggestions change, by name only."""
     names = []
     for suggestion in suggestions:
@@ -101,7 +106,7 @@ def _changed(suggestions: list[Suggestion]) -> str:
     return ", ".join(dict.fromkeys(names))
 
 
-def _listed(suggestions: list[Suggestion]) -> str:
+def _listed(suggestions: Sequence[SuggestedChange]) -> str:
     return "; ".join(
         f"{s.key} {s.old} -> {s.new}" if s.drop is None else f"{s.key} drop {s.drop}" for s in suggestions
     )
@@ -120,32 +125,9 @@ def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) ->
     return None
 
 
-def study_report(context: TuneContext, loaded: LoadedStudy) -> StudyReport:
-    """The study's report as ``tuner report`` builds it (read only)."""
-    from tuner.orchestrate.stored import open_reader
-    from tuner.report import build_report, read_study
-
-    with open_reader(context.url_of(loaded)) as reader:
-        return build_report(read_study(reader, loaded.spec.name))
-
-
-def _suggestions(context: TuneContext, loaded: LoadedStudy) -> tuple[list[Suggestion], StudyReport]:
-    report = study_report(context, loaded)
-    return list(report.suggestions), report
-
-
-def _destination(context: TuneContext, loaded: LoadedStudy) -> Path:
-    from tuner.output import phase_dir
-    from tuner.report.next_study import next_name, written_by_us
-
-    name = next_name(loaded.spec.name, generated=written_by_us(loaded.path))
-    folder = phase_dir(context.request.output_dir, context.home.spec.name, "tune")
-    return folder / f"{name}.yaml"
-
-
 def _check_fits(context: TuneContext, following: LoadedStudy) -> None:
     """A round 1 of at least ``MIN_SEARCH_TRIALS`` trials and the later rounds fit what is left."""
-    from tuner.cli.tune.studies import production
+    from tuner.playbook.tune.studies import production
     from tuner.playbook.tune_plan import extra_round_share, later_rounds_of, round1_length
 
     length = production(context, following)

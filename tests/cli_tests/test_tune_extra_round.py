@@ -1,0 +1,227 @@
+"""``tuner tune`` after the study file's last round: the extra round decided on its report (the
+chosen point trained longer, or the points on more seeds), and continued as decided."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_tests._tune_support import store_tune_state, tune_args
+from tests.orchestrate_tests.conftest import run_tuner
+
+
+def _rounds_1_and_2_done(
+    tmp_path: Path, best_step: int, *, failed: bool = False, weight_decay: bool = False, eval_every: int = 10
+) -> tuple[Any, list[Any]]:
+    """Rounds 1 and 2 built, not trained (round 1: 8 trials of 10 steps; round 2: its 3 points at
+    max_train_steps 80, one seed, every best step at ``best_step``; ``failed``: the third point
+    failed; ``weight_decay``: searched beside the LR), and their stages as a tune of ``--budget
+    1000`` left them done."""
+    from tests.report_tests.builders import add_trial, study
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+
+    space: dict[str, Any] = {"optimizer.lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}}
+    if weight_decay:
+        space["optimizer.weight_decay"] = {"type": "float", "low": 1e-5, "high": 0.1, "log": True}
+    built = study(
+        tmp_path,
+        round1={"steps": 10, "trials": 8},
+        max_train_steps=80,
+        search_space=space,
+        eval_every=eval_every,
+    )
+    phase = built.start("round-1")
+    for slot in range(8):
+        params = {"optimizer.lr": 0.02 * (slot + 1)} | (
+            {"optimizer.weight_decay": 1e-3} if weight_decay else {}
+        )
+        add_trial(phase, slot, 0.1 + 0.01 * slot, params, best_step=10)
+    second = built.start("round-2")
+    for slot, planned in enumerate(load_plan(second.user_attrs).slots):  # type: ignore[union-attr]
+        if failed and slot == 2:
+            add_trial(second, slot, None, planned.values, state="FAIL", max_train_steps=80, **planned.attrs)
+            continue
+        add_trial(second, slot, 0.05 + 0.01 * slot, planned.values, best_step=best_step, **planned.attrs)
+    stages = [
+        Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
+        Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
+    ]
+    return built, stages
+
+
+@pytest.mark.parametrize(
+    ("best_step", "kind", "failed"),
+    [(80, "round3_longer", False), (40, "round3_seeds", False), (40, "round3_seeds", True)],
+    ids=["still-improving", "fine", "fine-one-point-failed"],
+)
+def test_the_round_after_round_2_is_decided_on_its_report(
+    tmp_path: Path, best_step: int, kind: str, failed: bool
+) -> None:
+    """Rounds 1 and 2 (built, not trained: round 2's 3 points at max_train_steps 80, one seed,
+    every best step at ``best_step``) done in an earlier run of ``--budget 1000``: 680 steps are
+    left. Best steps at the end (the report: "still improving") -> round 3 trains round 2's
+    chosen point 4x longer (320 steps, the most 680 steps hold on 2 seeds is 340) on 2 new seeds;
+    best steps mid-run ("looks right") -> round 2's 3 points on 2 new seeds each at 80 steps,
+    the delivered model pooling each point's 3 runs; with round 2's third point failed, its 2
+    completed points only (760 steps, the failed trial having trained none: 4 new seeds each)."""
+    built, stages = _rounds_1_and_2_done(tmp_path, best_step, failed=failed)
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))  # round 2 ran: no next search
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    decision = next(d for d in payload["decisions"] if d["kind"].startswith("round3_"))
+    assert decision["kind"] == kind
+    assert decision["numbers"]["left"] == (760 if failed else 680)  # a failed trial trained no step here
+    third = next(s for s in payload["stages"] if s["phase"] == "round-3")
+    statuses = sorted((built.output_dir / "toy" / "round-3").glob("trial-*/status.json"))
+    trained = [json.loads(status.read_text())["step"] for status in statuses]
+    model = payload["delivered_model"]
+    if kind == "round3_longer":
+        assert "still improving" in decision["text"] and "80 -> 320 steps" in decision["text"]
+        assert "rounds.round3.steps=320" in third["sets"] and decision["numbers"]["seeds"] == 2
+        assert trained == [320, 320]
+        # the longer point is a point of its own: its 2 runs, or round 2's best (0.05, 1 run)
+        assert (model["phase"], model["seeds"]["seeds"]) in (("round-3", 2), ("round-2", 1))
+    elif failed:
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (2, 4)
+        assert trained == [80] * 8
+        assert model["seeds"]["seeds"] == 5
+    else:
+        assert "its runs were not still improving" in decision["text"]
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (3, 2)
+        assert trained == [80] * 6
+        assert model["seeds"]["seeds"] == 3  # each point's run of round 2 and its 2 of round 3
+        assert {r["phase"] for r in model["seeds"]["runs"]} == {"round-2", "round-3"}
+    assert payload["plan"]["steps_ran"] <= 1000
+
+
+@pytest.mark.parametrize(
+    ("swept", "best_step"),
+    [(True, 40), (False, 40), (True, 5)],
+    ids=["length-from-sweep-lr", "length-from-the-file", "best-steps-early"],
+)
+def test_a_length_sweep_lr_measured_without_the_searched_regularisation_is_tried_longer(
+    tmp_path: Path, swept: bool, best_step: int
+) -> None:
+    """Round 2's best steps mid-run ("looks right"), weight decay searched: when tune set the
+    length by sweep-lr (which trains with weight decay off), round 3 trains the chosen point
+    longer (the playbook: regularisation slows training; a position verdict under a decaying
+    schedule cannot show it); when the length was the file's, or the best steps came early (5 of
+    80: the length is too long, as on noisy labels), round 2's points get more seeds."""
+    from tuner.playbook.decision_log import Stage
+
+    built, stages = _rounds_1_and_2_done(tmp_path, best_step, weight_decay=True, eval_every=5)
+    if swept:
+        stages.insert(
+            0, Stage("toy", "sweep-lr", str(built.path), [], 4, 0, True, done=True, steps_per_trial=80)
+        )
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
+    if swept and best_step == 40:
+        assert decision["kind"] == "round3_longer"
+        assert decision["numbers"]["unregularised_length"] is True
+        assert decision["numbers"]["still_improving"] is False
+        assert (
+            "round 3: round 2's length is sweep-lr's, measured with optimizer.weight_decay off"
+            in decision["text"]
+        )
+        assert "80 -> 320 steps" in decision["text"]
+    else:
+        assert decision["kind"] == "round3_seeds"
+        assert "its runs were not still improving" in decision["text"]
+        assert decision["numbers"]["unregularised_length"] is False
+
+
+def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_path: Path) -> None:
+    """sweep-lr ran on the user's study (``base``: its length 160); round 1's report then set
+    the length to 80 in the next study (``toy``), whose rounds 1 and 2 ran with best steps mid-run:
+    that length came from runs with weight decay on, not from the sweep, so round 3 gives the
+    points more seeds and the log does not call the length sweep-lr's."""
+    from tests.report_tests.builders import Built, study
+    from tuner.playbook.decision_log import Stage
+
+    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    home_path = study(tmp_path / "home", name="base", max_train_steps=160).path
+    home = Built(home_path, built.output_dir, "base")
+    stages.insert(0, Stage("base", "sweep-lr", str(home.path), [], 4, 0, True, done=True, steps_per_trial=80))
+    store_tune_state(home, stages, "1000", 1000)
+    done = run_tuner(*tune_args(home, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
+    assert decision["kind"] == "round3_seeds", decision["text"]
+    assert decision["numbers"]["unregularised_length"] is False
+    assert "sweep-lr" not in decision["text"]
+
+
+@pytest.mark.parametrize("sweep_best", [20, 70], ids=["validation-best-early-in-the-cap", "best-late"])
+def test_a_sweep_that_fit_nothing_trains_longer_only_without_its_noisy_labels_evidence(
+    tmp_path: Path, sweep_best: int
+) -> None:
+    """sweep-lr fit nothing within its cap (80, the rounds' length), weight decay off; round 2's
+    best steps mid-run. Validation best at step 20 of the sweep's 80 (at most half: its "labels are
+    noisy" evidence): the steps past it memorised, so round 3 does not train longer (it would give
+    round 2's points more seeds; measured on the outcome benchmark's noisy labels, the longer runs
+    were never delivered).
+    Best at step 70: round 3 trains the chosen point longer, its log calling the length the
+    sweep's cap, at which nothing fit (not a length the sweep measured)."""
+    from tests.report_tests.builders import add_trial
+    from tuner.playbook.decision_log import Stage
+    from tuner.playbook.plan import load_plan
+
+    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    sweep = built.start("sweep-lr")
+    plan = load_plan(sweep.user_attrs)
+    assert plan is not None
+    for slot, planned in enumerate(plan.slots):
+        add_trial(
+            sweep, slot, 0.1, planned.values, best_step=sweep_best, max_train_steps=80, final_step=80,
+            best_fit_value=0.9, final_train_loss=0.3, **planned.attrs,
+        )  # fmt: skip
+    trials = len(plan.slots)
+    stages.insert(
+        0, Stage("toy", "sweep-lr", str(built.path), [], trials, 0, True, done=True, steps_per_trial=80)
+    )
+    store_tune_state(built, stages, "1000", 1000)
+    # the seeds round is not trained (--no-extra-seeds: no round 3 unless longer), which would
+    # only cost the suite time: what is tested is that the longer one is not decided
+    flags = ("--no-apply-suggestions", *(("--no-extra-seeds",) if sweep_best == 20 else ()))
+    done = run_tuner(*tune_args(built, 1000, *flags))
+    assert done.returncode == 0, done.stderr
+    decisions = json.loads(done.stdout)["decisions"]
+    if sweep_best == 20:
+        assert not any(d["kind"].startswith("round3_") for d in decisions), decisions
+        (none,) = [d for d in decisions if d["kind"] == "extra_round_none"]
+        assert "--no-extra-seeds" in none["text"]
+    else:
+        decision = next(d for d in decisions if d["kind"].startswith("round3_"))
+        assert decision["kind"] == "round3_longer", decision["text"]
+        assert decision["numbers"]["unregularised_length"] is True
+        assert (
+            "round 2's length is sweep-lr's cap, at which no LR fit the training set even with "
+            "optimizer.weight_decay off" in decision["text"]
+        )
+
+
+def test_an_extra_round_decided_in_an_earlier_run_is_continued_as_decided(tmp_path: Path) -> None:
+    """Ctrl-C after round 3 was decided (its stage stored, not run): the same command runs it with
+    the stored ``--set`` values (2 seeds of 160 steps, though round 2's report would now decide
+    seeds), and decides nothing again."""
+    from tuner.playbook.decision_log import Stage
+
+    built, stages = _rounds_1_and_2_done(tmp_path, 40)
+    sets = ["rounds.round3.top_k=1", "rounds.round3.seeds=2", "rounds.round3.steps=160"]
+    stages.append(Stage("toy", "round-3", str(built.path), sets, None, 320, steps_per_trial=160))
+    store_tune_state(built, stages, "1000", 1000)
+    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert not any(d["kind"].startswith("round3_") for d in payload["decisions"])  # not decided again
+    statuses = sorted((built.output_dir / "toy" / "round-3").glob("trial-*/status.json"))
+    assert [json.loads(status.read_text())["step"] for status in statuses] == [160, 160]
+    assert [s["phase"] for s in payload["stages"]] == ["round-1", "round-2", "round-3"]
