@@ -21,6 +21,7 @@ import pytest
 
 from tests._processes import PATIENCE_S
 from tests.orchestrate_tests.conftest import load_phase, run_tuner, toy_study
+from tests.orchestrate_tests.storage_faults import blank_slot
 from tests.orchestrate_tests.test_chaos import (
     _assert_each_slot_done_once,
 )
@@ -31,12 +32,6 @@ pytestmark = pytest.mark.postgres
 
 TRIALS, PROCESSES = 200, 8
 KILLS = 3
-
-
-def _slot(slot: int) -> Any:
-    from tuner.orchestrate.claim import NewSlot
-
-    return NewSlot(params=None, distributions=None, fixed_params={}, user_attrs={"slot": slot, "attempt": 0})
 
 
 def _claim_until_done(url: str, name: str, mode: str = "tell", ready: str | None = None) -> int:
@@ -56,7 +51,7 @@ def _claim_until_done(url: str, name: str, mode: str = "tell", ready: str | None
     storage = open_storage(url)
     study = optuna.load_study(study_name=name, storage=storage)
     settings = PhaseSettings.from_attrs(study.user_attrs)
-    claimer, told = Claimer(storage, study, _slot), 0
+    claimer, told = Claimer(storage, study, blank_slot), 0
     if ready is not None:
         (Path(ready) / str(os.getpid())).touch()
         while len(list(Path(ready).iterdir())) < PROCESSES:
@@ -216,7 +211,7 @@ def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_
     storage = open_storage(proxy_url)
     study = optuna.load_study(study_name=name, storage=storage)
     settings = PhaseSettings.from_attrs(study.user_attrs)
-    first = Claimer(storage, study, _slot).claim(settings)
+    first = Claimer(storage, study, blank_slot).claim(settings)
     assert isinstance(first, Claimed)
     fail_trial(storage, study, first.trial_id, FailureReason.CRASHED, "boom", settings)
     retry = next(t for t in study.get_trials() if t.state == TrialState.WAITING)
@@ -224,7 +219,7 @@ def test_a_start_lost_to_a_rival_is_not_taken_for_ours_when_its_acknowledgement_
     def rival_starts_first(trial_id: int, **_: Any) -> None:
         assert storage.set_trial_state_values(trial_id, state=TrialState.RUNNING)
 
-    ours = Claimer(LostAck(storage, "set_trial_state_values", before=rival_starts_first), study, _slot)
+    ours = Claimer(LostAck(storage, "set_trial_state_values", before=rival_starts_first), study, blank_slot)
     result = ours.claim(settings)
     assert not isinstance(result, Claimed), result  # the rival's trial; the one slot is taken
     trial = study.get_trials()[retry.number]

@@ -22,11 +22,7 @@ from tuner.playbook.plan import load_plan
 ROUND1 = [(0.30, 0.05), (0.10, 0.1), (0.25, 0.2), (0.40, 0.5)]
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("TUNER_STORAGE", raising=False)
-    monkeypatch.delenv("TUNER_OUTPUT_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("clean_env")
 
 
 def _round1(built: Built) -> None:

@@ -92,12 +92,6 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True, "pool_recycle": 3600}
 
 
-def _normalise(url: str) -> str:
-    """``postgresql://`` goes through psycopg 3 (the driver we depend on), not psycopg2; anything
-    but SQLite and PostgreSQL is refused (see ``storage_url``)."""
-    return parse_storage_url(url).url
-
-
 def _prepare_sqlite(path: Path) -> None:
     """Switch the file to WAL (persistent: once per database file)."""
     with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as connection:
