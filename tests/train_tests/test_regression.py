@@ -19,13 +19,18 @@ from typer.testing import CliRunner
 
 from tests.train_tests.conftest import BASE_STUDY
 from tuner.cli.app import app
-from tuner.train.regression_metrics import RegressionAccumulator, squared_error_per_item
+from tuner.train.regression_metrics import RegressionAccumulator, constant_scores, squared_error_per_item
 from tuner.workloads import Workload
 
 WORKLOAD = """\
 import torch
 from torch.utils.data import TensorDataset
 from tuner.workloads import Workload
+
+
+class Squeeze(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze()
 
 
 def build(ctx):
@@ -36,7 +41,13 @@ def build(ctx):
         y[150] = float("nan")
     head = torch.nn.Linear(16, ctx.options.get("out", 1))
     model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), head)
+    if ctx.options.get("squeeze"):  # drops the batch dimension of a batch of one too
+        model = torch.nn.Sequential(model, Squeeze())
     kwargs = {"task": "regression"}
+    if ctx.options.get("loss") == "huber":
+        kwargs["loss_fn"] = torch.nn.HuberLoss(reduction="none")
+    if ctx.options.get("loss") == "scalar":
+        kwargs["loss_fn"] = torch.nn.MSELoss()
     if ctx.options.get("metrics"):
         kwargs["metrics"] = ctx.options["metrics"]
     if ctx.options.get("no_task"):
@@ -54,7 +65,7 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TUNER_DEBUG", raising=False)
 
 
-def _train(objective: dict[str, str] | None = None, **options: object):
+def _train(objective: dict[str, str] | None = None, eval_batch_size: int = 128, **options: object):
     Path("reg_workload.py").write_text(WORKLOAD)
     study = {
         **BASE_STUDY,
@@ -63,7 +74,12 @@ def _train(objective: dict[str, str] | None = None, **options: object):
         "objective": objective or {"metric": "val/mse", "direction": "minimize"},
         "training": {
             **BASE_STUDY["training"],
-            **{"max_train_steps": 100, "eval_every": 20, "batch_size": 32},
+            **{
+                "max_train_steps": 100,
+                "eval_every": 20,
+                "batch_size": 32,
+                "eval_batch_size": eval_batch_size,
+            },
             "optimizer": {"name": "adamw", "lr": 0.02},
         },
     }
@@ -125,6 +141,44 @@ def test_a_regression_trains_and_records_what_predicting_the_training_mean_score
     assert "." in prediction["target"] and "." in prediction["prediction"]  # numbers, not class indices
 
 
+def test_r2_of_several_outputs_is_each_outputs_averaged_as_scikit_learns() -> None:
+    """Outputs at 0 and at 100: the mean of each alone must not look learned (r2 over the
+    flattened values would be near 1, since the second output's mean explains its offset)."""
+    g = torch.Generator().manual_seed(2)
+    targets = torch.randn(60, 2, generator=g) + torch.tensor([0.0, 100.0])
+    outputs = torch.stack(
+        [targets[:, 0] + 0.3 * torch.randn(60, generator=g), targets[:, 1].mean().expand(60)], 1
+    )
+    accumulator = RegressionAccumulator(["r2", "mse"])
+    for out, y in zip(outputs.split(25), targets.split(25), strict=True):
+        accumulator.update(out, y, (out - y).square())
+    got = accumulator.compute()
+    assert got["r2"] == pytest.approx(r2_score(targets.numpy(), outputs.numpy()), rel=1e-6)
+    assert got["r2"] < 0.5
+
+
+def test_chance_for_mae_is_the_training_median_and_for_mse_the_mean() -> None:
+    g = torch.Generator().manual_seed(3)
+    train, val = torch.randn(500, generator=g).exp(), torch.randn(200, generator=g).exp()  # skewed
+    scores = constant_scores(["loss", "mse", "mae", "r2"], val, train, default_loss=True)
+    y = val.numpy()
+    assert scores["mae"] == pytest.approx(mean_absolute_error(y, [float(train.median())] * 200), rel=1e-6)
+    assert scores["mse"] == pytest.approx(mean_squared_error(y, [float(train.mean())] * 200), rel=1e-6)
+    assert scores["loss"] == scores["mse"]
+    assert "loss" not in constant_scores(["loss", "mse"], val, train, default_loss=False)
+
+
+def test_a_loss_of_the_users_own_sees_one_prediction_per_target() -> None:
+    """A Huber loss with an nn.Linear(h, 1) head: broadcast, it would compare every prediction
+    with every target (a 32 x 32 loss) and teach the mean; handed one prediction per target, it
+    learns as the squared error does (Huber is half the squared error below 1)."""
+    result = _train(loss="huber")
+    assert result.exit_code == 0, result.output
+    last = json.loads((RUN / "status.json").read_text())["last_eval"]
+    assert last["val/r2"] > 0.5
+    assert last["val/loss"] == pytest.approx(last["val/mse"] / 2, rel=0.2)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -146,6 +200,12 @@ def test_a_regression_trains_and_records_what_predicting_the_training_mean_score
             id="classification-metric",
         ),
         pytest.param(
+            {"loss": "scalar"},
+            "the workload's loss_fn returned () for targets (32,); expected one loss per target, "
+            "(32,) (e.g. reduction='none')",
+            id="reduced-loss",
+        ),
+        pytest.param(
             {"no_task": True},
             "workload 'reg_workload.py:build' returned num_classes=0; a classifier needs its class "
             "count (a regression workload sets task='regression' instead)",
@@ -159,3 +219,15 @@ def test_a_regression_that_breaks_the_contract_is_refused_in_one_line(options: d
     assert result.output.startswith(f"error: {message}")
     assert len(result.output.splitlines()) == 1
     assert not (RUN / "checkpoints" / "latest.pt").exists()
+
+
+def test_a_model_that_squeezes_away_the_batch_of_one_is_told_at_the_evaluation() -> None:
+    """40 validation examples in batches of 39 leave a batch of one, which ``.squeeze()`` turns
+    into a scalar: the workload's error, in one line, with the fix."""
+    result = _train(eval_batch_size=39, squeeze=True)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(
+        "error: the workload's model returned predictions of shape () for targets (1,); expected (1,) or "
+        "(1, 1) (a .squeeze() drops the batch dimension of a batch of one: squeeze(-1) keeps it)"
+    )
+    assert len(result.output.splitlines()) == 1

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from tuner.spec._base import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, _Model
+from tuner.spec._metrics import metric_direction
 from tuner.spec._search_models import (
     DEFAULT_ROUND1_FRACTION,
     DEFAULT_ROUND1_TRIALS,
@@ -77,7 +78,16 @@ class ObjectiveSpec(_Model):
     """`<split>/<metric>`, split `val` or `train` (e.g. `val/mcc`); it must be a metric the
     workload computes."""
     direction: Literal["minimize", "maximize"] = "minimize"
-    """`minimize` (an error rate, a loss, mse, mae) or `maximize` (an accuracy, MCC, r2)."""
+    """`minimize` (an error rate, a loss, perplexity, mse, mae) or `maximize` (an accuracy, MCC,
+    r2, a per-class score). Left out, the metric's own: `maximize` for `val/r2`, say."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_direction(cls, data: Any) -> Any:
+        """No direction given: the metric's, so that ``metric: val/r2`` alone maximises."""
+        if isinstance(data, dict) and "direction" not in data and isinstance(data.get("metric"), str):
+            return {**data, "direction": metric_direction(data["metric"])}
+        return data
 
 
 # the password runs to the LAST "@": a password may hold "/", "?", "#" or an unencoded "@", and

@@ -59,8 +59,10 @@ class Evaluator:
         self.subsets = dict(subsets or {})
         self.regression = regression
         self.accumulators: dict[str, MetricAccumulator | RegressionAccumulator] = {
-            name: RegressionAccumulator(metrics) if regression else MetricAccumulator(metrics, num_classes)
-            for name in self.splits
+            name: RegressionAccumulator(metrics, _target_width(dataset) if ranks.distributed else 1)
+            if regression
+            else MetricAccumulator(metrics, num_classes)
+            for name, dataset in self.splits.items()
         }
         self.prediction_indices = prediction_indices if prediction_indices is not None else torch.empty(0)
         self.ranks = ranks
@@ -92,6 +94,11 @@ class Evaluator:
             if blamed is None:
                 raise
             raise blamed from error
+        if self.regression:
+            from tuner.train.workload_errors import check_prediction_shape
+
+            check_prediction_shape(logits, targets)
+            logits = as_predictions(logits, targets)
         return logits, targets, self.loss_fn(logits, targets)
 
     def run(self, model: torch.nn.Module) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -124,7 +131,7 @@ class Evaluator:
         for batch in self.prediction_indices.split(self.batch_size):
             logits, targets, losses = self._logits_and_losses(model, dataset, batch)
             if self.regression:  # a value has no confidence: the cell stays empty
-                predicted, confidence = as_predictions(logits, targets), None
+                predicted, confidence = logits, None
             else:
                 confidence, predicted = logits.float().softmax(dim=-1).max(dim=-1)
             for row, index in enumerate(batch.tolist()):
@@ -143,11 +150,20 @@ class Evaluator:
         return rows
 
 
+def _target_width(dataset: Dataset) -> int:
+    """A regression's outputs per example (the last dimension of targets of two or more), read
+    off its first item: every process must add up sums of one size, even one that scores none."""
+    if not len(dataset):  # type: ignore[arg-type]
+        return 1
+    _, targets = fetch(dataset, torch.tensor([0]))
+    return int(targets.shape[-1]) if targets.dim() >= 2 else 1  # a batch of one: (1,) or (1, K)
+
+
 def _flat(value: torch.Tensor) -> int | float | str:
     """A class index or a value, or a sequence's joined by spaces (one CSV cell)."""
-    if value.dtype.is_floating_point:
+    if value.dtype.is_floating_point:  # 6 significant digits: a target of 3e-8 is not 0
         if value.dim() == 0:
-            return round(float(value), 6)
+            return float(f"{float(value):.6g}")
         return " ".join(f"{v:.6g}" for v in value.reshape(-1).tolist())
     return int(value) if value.dim() == 0 else " ".join(str(v) for v in value.tolist())
 

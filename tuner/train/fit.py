@@ -41,9 +41,15 @@ class FitCriterion(Callback):
     def on_fit_start(self, loop: Any) -> None:
         known = loop.evaluator.output_names() if loop.evaluator is not None else []
         if self.metric not in known:
+            hint = (
+                "; a regression fits on train/r2: set sweep_lr.fit_metric: train/r2 and "
+                "sweep_lr.fit_threshold (0.95, say)"
+                if "train/r2" in known
+                else ""
+            )
             raise WorkloadError(
                 f"fit metric {self.metric!r} is not computed by this workload; "
-                f"it computes: {', '.join(known) or 'nothing (no evaluation)'}"
+                f"it computes: {', '.join(known) or 'nothing (no evaluation)'}{hint}"
             )
 
     def on_eval_end(self, loop: Any) -> None:

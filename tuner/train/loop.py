@@ -27,9 +27,10 @@ from tuner.train.distributed import (
 from tuner.train.evaluation import Evaluator
 from tuner.train.events import FINISHED, Callback, Event, StopReason, StopTraining
 from tuner.train.metrics import masked_mean_loss
+from tuner.train.regression_metrics import as_predictions
 from tuner.train.rng import rng_state, set_rng_state
 from tuner.train.schedules import Schedule
-from tuner.train.workload_errors import blame_model, check_batch, check_inputs
+from tuner.train.workload_errors import blame_model, check_batch, check_inputs, check_item_losses
 from tuner.workloads import IGNORE_INDEX
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -195,10 +196,15 @@ class Trainer:
             if blamed is None:
                 raise
             raise blamed from error
-        if not self._batch_checked:  # the first step's own forward: no extra pass, no RNG drawn
+        first = not self._batch_checked
+        if first:  # the first step's own forward: no extra pass, no RNG drawn
             check_batch(logits, targets, self.num_classes, self.regression)  # type: ignore[arg-type]
-            self._batch_checked = True
+        if self.regression:  # every loss sees one prediction per target, never a broadcast
+            logits = as_predictions(logits, targets)
         item_losses = self.loss_fn(logits, targets)
+        if first:
+            check_item_losses(item_losses, targets)
+            self._batch_checked = True
         # Masking costs ~7 ops forward and 4 backward per step: only pay for it where padding exists.
         loss = masked_mean_loss(item_losses, targets) if self.may_pad else item_losses.mean()
         self.optimizer.zero_grad(set_to_none=True)

@@ -5,15 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tuner.spec._metrics import metric_direction
 from tuner.train.events import Callback
-from tuner.workloads._interface import LOWER_IS_BETTER
 
-
-def metric_direction(name: str) -> str:
-    """``"minimize"`` or ``"maximize"`` for a metric name such as ``"train/accuracy"`` (the part
-    after the split: lower is better for ``LOWER_IS_BETTER``, higher for every other)."""
-    base = name.rsplit("/", 1)[-1]
-    return "minimize" if base in LOWER_IS_BETTER else "maximize"
+__all__ = ["ObjectiveTracker", "is_better", "metric_direction"]
 
 
 def is_better(value: float, than: float | None, direction: str) -> bool:

@@ -4,9 +4,9 @@ The same contract as ``MetricAccumulator`` (sums in float64 on the outputs' devi
 back per batch, summed across processes in place), so the evaluator and distributed evaluation
 treat both alike.
 
-``r2`` is ``1 - SSE / SST`` over every target value, SST taken about the scored targets' own mean
-(scikit-learn's ``r2_score`` of the flattened values): 0 for a model that predicts that mean,
-negative for one that does worse, 1 for a perfect one.
+``r2`` is ``1 - SSE / SST``, SST taken about the scored targets' own mean (scikit-learn's
+``r2_score``; with several outputs, each output's averaged): 0 for a model that predicts that
+mean, negative for one that does worse, 1 for a perfect one.
 """
 
 from __future__ import annotations
@@ -36,9 +36,17 @@ def squared_error_per_item(outputs: torch.Tensor, targets: torch.Tensor) -> torc
 
 
 class RegressionAccumulator:
-    """Running sums for ``loss``, ``mse``, ``mae`` and ``r2``; ``compute()`` gives Python floats."""
+    """Running sums for ``loss``, ``mse``, ``mae`` and ``r2``; ``compute()`` gives Python floats.
 
-    def __init__(self, names: Sequence[str]) -> None:
+    Targets of two or more dimensions have one output per entry of their last (a model that
+    predicts ``(N, K)`` values): ``r2`` is each output's, averaged, as scikit-learn's default
+    ``multioutput="uniform_average"``, so an output whose scale dwarfs the others does not make
+    the rest look learned. The output count is fixed by the first batch, or by ``width`` (what a
+    process that scores no batch, its slice of a small split being empty, adds up with the others).
+    """
+
+    def __init__(self, names: Sequence[str], width: int = 1) -> None:
+        self.width = width
         unknown = [name for name in names if name not in REGRESSION_METRICS]
         if unknown:
             raise ValueError(f"unknown regression metric(s) {unknown}; known: {list(REGRESSION_METRICS)}")
@@ -51,16 +59,20 @@ class RegressionAccumulator:
     def reset(self) -> None:
         self._state = None
 
-    def _init_state(self, device: torch.device) -> dict[str, torch.Tensor]:
-        keys = ("loss_sum", "squared_error", "absolute_error", "target_sum", "target_square_sum")
-        state = {key: torch.zeros((), dtype=torch.float64, device=device) for key in keys}
+    def _init_state(self, device: torch.device, outputs: int = 1) -> dict[str, torch.Tensor]:
+        state = {
+            key: torch.zeros((), dtype=torch.float64, device=device)
+            for key in ("loss_sum", "squared_error", "absolute_error")
+        }
+        for key in ("output_squared_error", "target_sum", "target_square_sum"):
+            state[key] = torch.zeros(outputs, dtype=torch.float64, device=device)
         state["count"] = torch.zeros((), dtype=torch.int64, device=device)
         return state
 
     def sums(self, device: torch.device) -> list[torch.Tensor]:
         """The running sums, in a fixed order (see ``MetricAccumulator.sums``)."""
         if self._state is None:
-            self._state = self._init_state(device)
+            self._state = self._init_state(device, self.width)
         return [self._state[key] for key in sorted(self._state)]
 
     @torch.no_grad()
@@ -68,51 +80,64 @@ class RegressionAccumulator:
         """Add one batch: ``outputs`` shaped as ``targets`` (or with a trailing 1), one loss per target."""
         predictions = as_predictions(outputs, targets)
         if predictions.shape != targets.shape:
-            raise ValueError(
-                f"predictions {tuple(outputs.shape)} do not match targets {tuple(targets.shape)}"
-            )
+            shapes = f"{tuple(outputs.shape)} and {tuple(targets.shape)}"
+            raise ValueError(f"predictions and targets do not match: {shapes}")
+        width = targets.shape[-1] if targets.dim() >= 2 else 1
         if self._state is None:
-            self._state = self._init_state(outputs.device)
+            self._state = self._init_state(outputs.device, width)
         state = self._state
         device = state["count"].device
-        y = targets.detach().reshape(-1).to(device=device, dtype=torch.float64)
-        error = predictions.detach().reshape(-1).to(device=device, dtype=torch.float64) - y
+        y = targets.detach().to(device=device, dtype=torch.float64).reshape(-1, width)
+        error = predictions.detach().to(device=device, dtype=torch.float64).reshape(-1, width) - y
         state["loss_sum"] += item_losses.detach().to(device=device, dtype=torch.float64).sum()
         state["squared_error"] += error.square().sum()
         state["absolute_error"] += error.abs().sum()
-        state["target_sum"] += y.sum()
-        state["target_square_sum"] += y.square().sum()
+        state["output_squared_error"] += error.square().sum(dim=0)
+        state["target_sum"] += y.sum(dim=0)
+        state["target_square_sum"] += y.square().sum(dim=0)
         state["count"] += y.numel()
 
     def compute(self) -> dict[str, float]:
-        """The metrics so far (NaN if no target was seen; ``r2`` NaN for constant targets)."""
+        """The metrics so far (NaN if no target was seen; ``r2`` NaN when every output is constant)."""
         state = self._state or self._init_state(torch.device("cpu"))
         count = int(state["count"].item())
         if not count:
             return dict.fromkeys(self.names, math.nan)
-        sse = float(state["squared_error"].item())
-        total = float(state["target_sum"].item())
-        sst = float(state["target_square_sum"].item()) - total * total / count
+        rows = count // state["target_sum"].numel()
+        sums, squares = state["target_sum"].tolist(), state["target_square_sum"].tolist()
+        explained = [
+            1.0 - sse / sst
+            for sse, total, square in zip(state["output_squared_error"].tolist(), sums, squares, strict=True)
+            if (sst := square - total * total / rows) > 0
+        ]
         values = {
             "loss": float(state["loss_sum"].item()) / count,
-            "mse": sse / count,
+            "mse": float(state["squared_error"].item()) / count,
             "mae": float(state["absolute_error"].item()) / count,
-            "r2": 1.0 - sse / sst if sst > 0 else math.nan,
+            "r2": sum(explained) / len(explained) if explained else math.nan,
         }
         return {name: values[name] for name in self.names}
 
 
 def constant_scores(
-    names: Sequence[str], targets: torch.Tensor, constant: float, default_loss: bool
+    names: Sequence[str], targets: torch.Tensor, train_targets: torch.Tensor, default_loss: bool
 ) -> dict[str, float]:
-    """What always predicting ``constant`` scores on ``targets``: the report's chance level when
-    ``constant`` is the training targets' mean. ``loss`` only for the default loss (a workload's
-    own loss is not known to be a squared error)."""
-    accumulator = RegressionAccumulator(names)
-    values = targets.detach().reshape(-1).to(torch.float64)
-    predictions = torch.full_like(values, constant)
-    accumulator.update(predictions, values, (predictions - values).square())
-    scores = accumulator.compute()
-    if not default_loss:
-        scores.pop("loss", None)
+    """What a model that learned nothing scores on ``targets``: always the training targets' mean
+    (per output), or for ``mae`` their median, the constant that minimises an absolute error (on
+    skewed targets the mean's ``mae`` would set chance too high, and a model that only learned the
+    median would pass as learned). The report's chance level. ``loss`` only for the default loss (a
+    workload's own is not known to be a squared error)."""
+    width = targets.shape[-1] if targets.dim() >= 2 else 1
+    values = targets.detach().to(torch.float64).reshape(-1, width)
+    train = train_targets.detach().to(torch.float64).reshape(-1, width)
+    scores: dict[str, float] = {}
+    constants = ((train.mean(dim=0), ("loss", "mse", "r2")), (train.median(dim=0).values, ("mae",)))
+    for constant, metrics in constants:
+        wanted = [name for name in names if name in metrics and (name != "loss" or default_loss)]
+        if not wanted:
+            continue
+        accumulator = RegressionAccumulator(wanted)
+        predictions = constant.expand_as(values)
+        accumulator.update(predictions, values, (predictions - values).square())
+        scores.update(accumulator.compute())
     return {name: value for name, value in scores.items() if math.isfinite(value)}

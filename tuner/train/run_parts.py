@@ -151,15 +151,15 @@ def split_class_counts(workload: Workload, evaluator: Evaluator) -> dict[str, li
 
 
 def chance_scores(workload: Workload) -> dict[str, dict[str, float]]:
-    """What always predicting the training targets' mean scores on each split (``status.json``'s
-    ``chance``): the report's "nothing learned" line for a regression. Empty unless both splits
-    are ``TensorDataset`` s (any other would mean loading every item to read the targets)."""
+    """What always predicting the training targets' mean (median for ``mae``) scores on each split
+    (``status.json``'s ``chance``): the report's "nothing learned" line for a regression. Empty
+    unless both splits are ``TensorDataset`` s (any other would mean loading every item to read
+    the targets)."""
     train, val = real_targets(workload.train_data), real_targets(workload.eval_data)
-    if train is None or val is None or not train.numel():
+    if train is None or val is None or not train.numel() or not val.numel():
         return {}
-    mean = float(train.mean())
     default = workload.loss_fn is None
     return {
-        split: constant_scores(workload.metrics, targets, mean, default)
+        split: constant_scores(workload.metrics, targets, train, default)
         for split, targets in (("val", val), ("train", train))
     }

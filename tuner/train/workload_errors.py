@@ -166,11 +166,40 @@ def _check_regression_batch(outputs: object, targets: object) -> None:
             f"the workload's targets are {str(targets.dtype).removeprefix('torch.')}; a regression "
             "expects real numbers (torch.float32)"
         )
+    check_prediction_shape(outputs, targets)
+    if targets.dtype.is_floating_point and not bool(torch.isfinite(targets).all()):
+        raise WorkloadCodeError(
+            "the workload's targets include a NaN or an infinity in the first training batch; a "
+            "regression needs finite targets"
+        )
+
+
+def check_prediction_shape(outputs: torch.Tensor, targets: torch.Tensor) -> None:
+    """A regression's predictions have the targets' shape, or that shape and a trailing 1 (a
+    ``Linear(h, 1)`` head). Checked on every evaluation batch too: a ``.squeeze()`` that drops
+    the batch dimension shows only on a batch of one, often the last of an evaluation."""
     trailing_one = (*targets.shape, 1)
     if tuple(outputs.shape) not in (tuple(targets.shape), trailing_one):
+        squeezed = (
+            " (a .squeeze() drops the batch dimension of a batch of one: squeeze(-1) keeps it)"
+            if outputs.dim() < targets.dim()
+            else ""
+        )
         raise WorkloadCodeError(
             f"the workload's model returned predictions of shape {_shape(outputs.shape)} for targets "
-            f"{_shape(targets.shape)}; expected {_shape(targets.shape)} or {_shape(trailing_one)}"
+            f"{_shape(targets.shape)}; expected {_shape(targets.shape)} or {_shape(trailing_one)}{squeezed}"
+        )
+
+
+def check_item_losses(item_losses: object, targets: torch.Tensor) -> None:
+    """One loss per target (the loss is averaged by the engine, weighted by real items): a loss
+    reduced to a scalar, or broadcast to a matrix, would skew both training and the metrics."""
+    shape = tuple(item_losses.shape) if isinstance(item_losses, torch.Tensor) else None
+    if shape != tuple(targets.shape):
+        got = _shape(shape) if shape is not None else type(item_losses).__name__
+        raise WorkloadCodeError(
+            f"the workload's loss_fn returned {got} for targets {_shape(targets.shape)}; expected one "
+            f"loss per target, {_shape(targets.shape)} (e.g. reduction='none')"
         )
 
 

@@ -109,7 +109,11 @@ def check_study(loaded: LoadedStudy) -> None:
     _check_options(loaded, spec.workload.options)
     _check_text_file(loaded)
     _check_metric(loaded, ("objective", "metric"), spec.objective.metric)
-    _check_metric(loaded, ("sweep_lr", "fit_metric"), spec.sweep_lr.fit_metric)
+    if "fit_metric" in spec.sweep_lr.model_fields_set or spec.training.max_train_steps is None:
+        # the default (train/accuracy) is a classifier's: judged only where a sweep will read it
+        # (the study names it, or has no length, so sweep-lr comes first), not for a regression
+        # trained at a length of its own
+        _check_metric(loaded, ("sweep_lr", "fit_metric"), spec.sweep_lr.fit_metric)
     builtin = BUILTINS.get(spec.workload.name)
     for key, param in spec.search_space.items():
         target = key_to_path(key)

@@ -28,10 +28,6 @@ REGRESSION_METRICS = ("loss", "mse", "mae", "r2")
 #: Metric names a workload may ask for.
 KNOWN_METRICS = (*CLASSIFICATION_METRICS, *REGRESSION_METRICS[1:])
 
-#: Metrics for which lower is better; every other one (accuracy, top5_accuracy, mcc, per-class
-#: correct / recall, r2) is better higher.
-LOWER_IS_BETTER = ("loss", "error_rate", "perplexity", "mse", "mae")
-
 #: What a workload predicts: class indices scored by logits, or real numbers.
 Task = Literal["classification", "regression"]
 TASKS: tuple[Task, ...] = ("classification", "regression")
