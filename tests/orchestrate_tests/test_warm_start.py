@@ -16,7 +16,7 @@ from tuner.orchestrate.pool import LocalPool, LocalWorker
 
 # what each forked worker reports about itself, then the exit code its environment asks for
 REPORT = """
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 import preloaded
 Path(os.environ["OUT"], sys.argv[1] + ".json").write_text(json.dumps({
@@ -146,7 +146,7 @@ def test_run_round_imports_torch_once_for_all_its_workers(tmp_path: Path, output
 # a command forked from a zygote as the test suite forks ``tuner run-round``: it starts a pool of
 # its own ("pool"), or nothing ("idle"), and says what it saw
 COMMAND = """
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 from tuner.orchestrate.pool import LocalPool, LocalWorker
 out = Path(os.environ["OUT"])
@@ -159,7 +159,14 @@ if sys.argv[1] == "pool":
     server = pool.starter.server
     said["zygote"] = server.pid
     said["zygote_parent"] = int(Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    said["zygote_cmdline"] = Path(f"/proc/{server.pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+    # the spare retitles itself right after its fork: a busy machine may show the command's title
+    # for a moment first, so wait (5 s at most) for the zygote's
+    for _ in range(100):
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        said["zygote_cmdline"] = cmdline.replace(b"\\0", b" ").decode()
+        if "tuner.orchestrate.zygote" in said["zygote_cmdline"]:
+            break
+        time.sleep(0.05)
     said["codes"] = pool.wait(tick=lambda: None, tick_s=0.1)
     said["zygote_after"] = os.path.exists(f"/proc/{server.pid}")
 (out / f"{sys.argv[1]}.json").write_text(json.dumps(said))
