@@ -17,7 +17,7 @@ from tuner.train import load_model
 
 SETS = [
     "--set", "workload.n_examples=600",
-    "--set", "max_train_steps=300",
+    "--set", "max_train_steps=200",
     "--set", "eval_every=50",
     "--set", "log_every=50",
 ]  # fmt: skip
@@ -31,21 +31,23 @@ def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The folder a newcomer's regression was tuned in, and its report as JSON."""
     folder = tmp_path_factory.mktemp("regression")
     assert _tuner("init", "regression", "studies/reg.yaml", cwd=folder).returncode == 0
-    result = _tuner("tune", "studies/reg.yaml", "--budget", "3000", "--workers", "2", *SETS, cwd=folder)
+    result = _tuner("tune", "studies/reg.yaml", "--budget", "2000", "--workers", "2", *SETS, cwd=folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "delivered    val/mse = " in result.stdout
-    return folder
+    report = _tuner("report", "studies/reg.yaml", "--json", cwd=folder)
+    assert report.returncode == 0, report.stderr
+    return folder, json.loads(report.stdout)
 
 
-def test_the_report_judges_the_regression_against_predicting_the_training_mean(tuned: Path) -> None:
-    result = _tuner("report", "studies/reg.yaml", "--json", cwd=tuned)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    first = report["phases"][-1]  # round 1
-    learning = first["learning"]
+def test_the_report_judges_the_regression_against_predicting_the_training_mean(
+    tuned: tuple[Path, dict],
+) -> None:
+    _, report = tuned
+    learning = report["phases"][-1]["learning"]  # round 1's
     assert learning["learned"] is True
     (verdict,) = learning["verdicts"]
     assert verdict["kind"] == "learned" and verdict["classes"] is None
@@ -54,10 +56,10 @@ def test_the_report_judges_the_regression_against_predicting_the_training_mean(t
     assert report["delivered_model"]["metric"] == "val/mse"
 
 
-def test_the_delivered_regression_model_predicts_in_plain_pytorch(tuned: Path) -> None:
-    report = json.loads(_tuner("report", "studies/reg.yaml", "--json", cwd=tuned).stdout)
+def test_the_delivered_regression_model_predicts_in_plain_pytorch(tuned: tuple[Path, dict]) -> None:
+    folder, report = tuned
     delivered = report["delivered_model"]
-    model = load_model(tuned / delivered["checkpoint"])
+    model = load_model(folder / delivered["checkpoint"])
     from tuner.workloads import WorkloadContext, regression
 
     workload = regression.build(WorkloadContext(options={"n_examples": 600}, seed=0))
