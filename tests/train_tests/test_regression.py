@@ -157,6 +157,17 @@ def test_r2_of_several_outputs_is_each_outputs_averaged_as_scikit_learns() -> No
     assert got["r2"] < 0.5
 
 
+def test_r2_stays_exact_for_targets_far_from_zero() -> None:
+    """Targets around 1e8 with a spread of 1: unshifted sums of squares lose every digit."""
+    g = torch.Generator().manual_seed(4)
+    targets = 1e8 + torch.randn(300, generator=g, dtype=torch.float64)
+    outputs = targets + 0.3 * torch.randn(300, generator=g, dtype=torch.float64)
+    accumulator = RegressionAccumulator(["r2"])
+    for out, y in zip(outputs.split(64), targets.split(64), strict=True):
+        accumulator.update(out, y, (out - y).square())
+    assert accumulator.compute()["r2"] == pytest.approx(r2_score(targets.numpy(), outputs.numpy()), rel=1e-9)
+
+
 def test_chance_for_mae_is_the_training_median_and_for_mse_the_mean() -> None:
     g = torch.Generator().manual_seed(3)
     train, val = torch.randn(500, generator=g).exp(), torch.randn(200, generator=g).exp()  # skewed

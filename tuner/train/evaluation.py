@@ -59,7 +59,7 @@ class Evaluator:
         self.subsets = dict(subsets or {})
         self.regression = regression
         self.accumulators: dict[str, MetricAccumulator | RegressionAccumulator] = {
-            name: RegressionAccumulator(metrics, _target_width(dataset) if ranks.distributed else 1)
+            name: RegressionAccumulator(metrics, _first_target(dataset))
             if regression
             else MetricAccumulator(metrics, num_classes)
             for name, dataset in self.splits.items()
@@ -150,13 +150,13 @@ class Evaluator:
         return rows
 
 
-def _target_width(dataset: Dataset) -> int:
-    """A regression's outputs per example (the last dimension of targets of two or more), read
-    off its first item: every process must add up sums of one size, even one that scores none."""
+def _first_target(dataset: Dataset) -> list[float] | None:
+    """A regression split's first target (one value per output): what every process sums the
+    targets less (``RegressionAccumulator``'s ``shift``); None for an empty split."""
     if not len(dataset):  # type: ignore[arg-type]
-        return 1
+        return None
     _, targets = fetch(dataset, torch.tensor([0]))
-    return int(targets.shape[-1]) if targets.dim() >= 2 else 1  # a batch of one: (1,) or (1, K)
+    return [float(v) for v in targets.reshape(-1, targets.shape[-1] if targets.dim() >= 2 else 1)[0]]
 
 
 def _flat(value: torch.Tensor) -> int | float | str:

@@ -41,12 +41,18 @@ class RegressionAccumulator:
     Targets of two or more dimensions have one output per entry of their last (a model that
     predicts ``(N, K)`` values): ``r2`` is each output's, averaged, as scikit-learn's default
     ``multioutput="uniform_average"``, so an output whose scale dwarfs the others does not make
-    the rest look learned. The output count is fixed by the first batch, or by ``width`` (what a
-    process that scores no batch, its slice of a small split being empty, adds up with the others).
+    the rest look learned.
+
+    The targets are summed less ``shift`` (one value per output; by default the first batch's
+    first row): the total sum of squares is then a difference of two sums the size of the
+    targets' spread rather than of their square, exact for targets far from 0 (around 1e8 with a
+    spread of 1, unshifted sums lose every digit). Each process must use the same ``shift``, and
+    its length fixes the output count even for a process that scores no batch (its slice of a
+    small split empty): the evaluator gives every process the split's first target.
     """
 
-    def __init__(self, names: Sequence[str], width: int = 1) -> None:
-        self.width = width
+    def __init__(self, names: Sequence[str], shift: Sequence[float] | None = None) -> None:
+        self.shift = None if shift is None else torch.tensor(list(shift), dtype=torch.float64)
         unknown = [name for name in names if name not in REGRESSION_METRICS]
         if unknown:
             raise ValueError(f"unknown regression metric(s) {unknown}; known: {list(REGRESSION_METRICS)}")
@@ -72,7 +78,7 @@ class RegressionAccumulator:
     def sums(self, device: torch.device) -> list[torch.Tensor]:
         """The running sums, in a fixed order (see ``MetricAccumulator.sums``)."""
         if self._state is None:
-            self._state = self._init_state(device, self.width)
+            self._state = self._init_state(device, 1 if self.shift is None else self.shift.numel())
         return [self._state[key] for key in sorted(self._state)]
 
     @torch.no_grad()
@@ -89,6 +95,10 @@ class RegressionAccumulator:
         device = state["count"].device
         y = targets.detach().to(device=device, dtype=torch.float64).reshape(-1, width)
         error = predictions.detach().to(device=device, dtype=torch.float64).reshape(-1, width) - y
+        if self.shift is None and len(y):
+            self.shift = y[0].cpu()
+        if self.shift is not None:
+            y = y - self.shift.to(device)
         state["loss_sum"] += item_losses.detach().to(device=device, dtype=torch.float64).sum()
         state["squared_error"] += error.square().sum()
         state["absolute_error"] += error.abs().sum()
