@@ -39,8 +39,14 @@ def _claim_until_done(url: str, name: str, mode: str = "tell", ready: str | None
     the trial 0.2 s and tell, or ``fail`` it (crashed); how many it ended itself. ``ready``: a
     folder where each of the ``PROCESSES`` marks itself ready, all then starting together (a
     process slow to start on a busy machine must not find a fast storage's phase done)."""
+    import faulthandler
+
     import optuna
     from optuna.exceptions import UpdateFinishedTrialError
+
+    # a process stuck (in an RPC, say) prints where, into the test's output, before the test
+    # gives up on it: the one clue a rare hang on a loaded machine leaves
+    faulthandler.dump_traceback_later(PATIENCE_S - 30, exit=False)
 
     from tuner.orchestrate.budget import Action, Decision
     from tuner.orchestrate.claim import Claimer
@@ -60,6 +66,7 @@ def _claim_until_done(url: str, name: str, mode: str = "tell", ready: str | None
         claimed = claimer.claim(settings)
         if isinstance(claimed, Decision):
             if claimed.action in (Action.DONE, Action.FAILED):
+                faulthandler.cancel_dump_traceback_later()
                 return told
             assert claimed.action == Action.WAIT, claimed
             time.sleep(0.01)
