@@ -100,6 +100,25 @@ def _most_at_once(trials: list[Any]) -> int:
     return most
 
 
+def _activity(postgres_url: str) -> list[tuple[Any, ...]]:
+    """Every other session of the test database: state, what it waits on, since when, its query."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(postgres_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT pid, application_name, state, wait_event_type, wait_event, "
+                    "now() - xact_start, left(query, 120) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).fetchall()
+        return [tuple(row) for row in rows]
+    finally:
+        engine.dispose()
+
+
 def test_eight_processes_claim_200_trials_through_the_proxy_each_slot_counted_once(
     proxy_url: str, postgres_url: str, unique_name: str
 ) -> None:
@@ -111,7 +130,13 @@ def test_eight_processes_claim_200_trials_through_the_proxy_each_slot_counted_on
         # bounded: a process lost by the pool (killed, or stuck in an RPC) fails the test in
         # PATIENCE_S instead of hanging it until pytest's cap
         asked = pool.starmap_async(_claim_until_done, [(proxy_url, name)] * PROCESSES, chunksize=1)
-        told = asked.get(timeout=PATIENCE_S)
+        try:
+            told = asked.get(timeout=PATIENCE_S)
+        except multiprocessing.TimeoutError as timeout:
+            # the processes' own stacks are in the output (faulthandler); what the database was
+            # doing says whether the proxy waited on a lock
+            sessions = _activity(postgres_url)
+            raise AssertionError(f"claiming processes still running; the database: {sessions}") from timeout
     assert_each_slot_claimed_once(load_phase(postgres_url, unique_name).trials, TRIALS)
     assert sum(told) >= TRIALS and min(told) > 0, told  # every process took part
 
