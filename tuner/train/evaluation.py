@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from tuner.train.data import fetch
 from tuner.train.distributed import SINGLE, Ranks, eval_shard, sum_across_ranks_
 from tuner.train.metrics import MetricAccumulator
-from tuner.train.regression_metrics import RegressionAccumulator, as_predictions
+from tuner.train.regression_metrics import RegressionAccumulator, as_predictions, by_output
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -156,7 +156,7 @@ def _first_target(dataset: Dataset) -> list[float] | None:
     if not len(dataset):  # type: ignore[arg-type]
         return None
     _, targets = fetch(dataset, torch.tensor([0]))
-    return [float(v) for v in targets.reshape(-1, targets.shape[-1] if targets.dim() >= 2 else 1)[0]]
+    return by_output(targets)[0].tolist()
 
 
 def _flat(value: torch.Tensor) -> int | float | str:

@@ -29,6 +29,12 @@ def as_predictions(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return outputs
 
 
+def by_output(targets: torch.Tensor) -> torch.Tensor:
+    """``targets`` as rows of outputs: ``(N, K)`` for targets of two or more dimensions (the last
+    is the outputs), ``(N, 1)`` for one value per example."""
+    return targets.reshape(-1, targets.shape[-1] if targets.dim() >= 2 else 1)
+
+
 def squared_error_per_item(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Default regression loss: one squared error per target value (no reduction)."""
     predictions = as_predictions(outputs, targets)
@@ -88,13 +94,13 @@ class RegressionAccumulator:
         if predictions.shape != targets.shape:
             shapes = f"{tuple(outputs.shape)} and {tuple(targets.shape)}"
             raise ValueError(f"predictions and targets do not match: {shapes}")
-        width = targets.shape[-1] if targets.dim() >= 2 else 1
+        y = by_output(targets.detach().to(dtype=torch.float64))
         if self._state is None:
-            self._state = self._init_state(outputs.device, width)
+            self._state = self._init_state(outputs.device, y.shape[1])
         state = self._state
         device = state["count"].device
-        y = targets.detach().to(device=device, dtype=torch.float64).reshape(-1, width)
-        error = predictions.detach().to(device=device, dtype=torch.float64).reshape(-1, width) - y
+        y = y.to(device)
+        error = predictions.detach().to(device=device, dtype=torch.float64).reshape(y.shape) - y
         if self.shift is None and len(y):
             self.shift = y[0].cpu()
         if self.shift is not None:
@@ -137,9 +143,8 @@ def constant_scores(
     skewed targets the mean's ``mae`` would set chance too high, and a model that only learned the
     median would pass as learned). The report's chance level. ``loss`` only for the default loss (a
     workload's own is not known to be a squared error)."""
-    width = targets.shape[-1] if targets.dim() >= 2 else 1
-    values = targets.detach().to(torch.float64).reshape(-1, width)
-    train = train_targets.detach().to(torch.float64).reshape(-1, width)
+    values = by_output(targets.detach().to(torch.float64))
+    train = train_targets.detach().to(torch.float64).reshape(-1, values.shape[1])
     scores: dict[str, float] = {}
     constants = ((train.mean(dim=0), ("loss", "mse", "r2")), (train.median(dim=0).values, ("mae",)))
     for constant, metrics in constants:
