@@ -98,8 +98,8 @@ def test_search_range_field_path_has_no_union_tag(param: str, detail: str) -> No
         pytest.param(
             "  optimizer.name: {type: categorical, choices: [adamw, sgdd]}",
             "study.yaml:16:3: search_space[optimizer.name]: value 'sgdd' does not fit "
-            "training.optimizer.name: expected 'sgd', 'momentum', 'nesterov', 'adam' or 'adamw', "
-            "got 'sgdd' (a string)",
+            "training.optimizer.name: expected sgd, momentum, nesterov, adam, adamw, a torch.optim "
+            "class (RMSprop, NAdam...) or package.module:Class, got 'sgdd'; did you mean 'sgd'?",
             id="categorical-choice-for-literal-field",
         ),
         pytest.param(

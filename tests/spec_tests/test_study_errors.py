@@ -121,8 +121,9 @@ def test_unknown_keys(text: str, expected: str) -> None:
         ),
         pytest.param(
             mutate("name: adamw", "name: adamm"),
-            "study.yaml:13:11: training.optimizer.name: "
-            "expected 'sgd', 'momentum', 'nesterov', 'adam' or 'adamw', got 'adamm' (a string)",
+            "study.yaml:13:11: training.optimizer.name: expected sgd, momentum, nesterov, adam, "
+            "adamw, a torch.optim class (RMSprop, NAdam...) or package.module:Class, got 'adamm'; "
+            "did you mean 'adam'?",
             id="literal-nested",
         ),
         pytest.param(

@@ -190,7 +190,8 @@ def test_items_that_do_not_stack_are_named_the_same_way_with_or_without_workers(
     assert messages[0] == messages[1]
     assert re.fullmatch(
         r"the workload's inputs do not stack into a batch: item \d+ has inputs of shape \(\d,\), "
-        r"item \d+ of shape \(\d,\); pad or crop them to one shape in __getitem__",
+        r"item \d+ of shape \(\d,\); pad or crop them to one shape in __getitem__ \(or give the "
+        r"workload a collate\)",
         messages[0],
     )
 

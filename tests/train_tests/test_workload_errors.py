@@ -204,7 +204,7 @@ def test_the_first_batch_check_changes_no_number(tmp_path: Path, monkeypatch: py
     spec.workload.name = "digits-mlp"
     spec.workload.options = {"hidden_sizes": [16], "dropout": 0.3}
     checked = run_training(spec, tmp_path / "checked", base_dir=tmp_path, progress=False)
-    monkeypatch.setattr("tuner.train.loop.check_batch", lambda *args: None)
+    monkeypatch.setattr("tuner.train.scoring.check_batch", lambda *args: None)
     unchecked = run_training(spec, tmp_path / "unchecked", base_dir=tmp_path, progress=False)
     assert checked.status == unchecked.status == "completed"
     assert _metrics_rows(tmp_path / "checked") == _metrics_rows(tmp_path / "unchecked")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tuner.spec._base import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, _Model
-from tuner.spec._metrics import metric_direction
+from tuner.spec._metrics import known_direction
 from tuner.spec._search_models import (
     DEFAULT_ROUND1_FRACTION,
     DEFAULT_ROUND1_TRIALS,
@@ -84,9 +84,13 @@ class ObjectiveSpec(_Model):
     @model_validator(mode="before")
     @classmethod
     def _metric_direction(cls, data: Any) -> Any:
-        """No direction given: the metric's, so that ``metric: val/r2`` alone maximises."""
+        """No direction given: the metric's, so that ``metric: val/r2`` alone maximises. A
+        workload's own metric has none tuner knows: the file must say it (``tuner validate`` asks,
+        ``tuner.workloads.check_study``), and ``direction`` then stays out of ``model_fields_set``."""
         if isinstance(data, dict) and "direction" not in data and isinstance(data.get("metric"), str):
-            return {**data, "direction": metric_direction(data["metric"])}
+            direction = known_direction(data["metric"])
+            if direction is not None:
+                return {**data, "direction": direction}
         return data
 
 

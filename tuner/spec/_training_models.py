@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from tuner.spec._base import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, _Model
 
+#: The optimizers known by a short name; ``momentum`` and ``nesterov`` are SGD with (Nesterov) momentum.
+SHORT_OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
+#: Which parameters ``no_weight_decay`` can exempt: biases, and the weights of normalisation layers.
+DECAY_EXEMPT = ("bias", "norm")
+#: Accelerate's ``mixed_precision`` words and bare numbers, read as Lightning's ``precision`` words.
+PRECISION_ALIASES: dict[Any, str] = {
+    "no": "32-true", "fp32": "32-true", "32": "32-true", 32: "32-true",
+    "bf16": "bf16-mixed", "fp16": "16-mixed", "16": "16-mixed", 16: "16-mixed",
+}  # fmt: skip
+
+
+def _divisor_below(total: int, limit: int) -> int:
+    """The largest divisor of ``total`` not above ``limit`` (a micro-batch size that fits)."""
+    return max(d for d in range(1, min(total, limit) + 1) if total % d == 0)
+
+
+# fields that only the short names read (their meaning is fixed there)
+_SHORT_NAME_FIELDS = {
+    "momentum": ("momentum", "nesterov"),
+    "beta1": ("adam", "adamw"),
+    "beta2": ("adam", "adamw"),
+    "eps": ("adam", "adamw"),
+}
+
 
 class OptimizerSpec(_Model):
     """The optimizer and its fixed hyperparameters (``lr`` is the base LR the schedule scales)."""
 
-    name: Literal["sgd", "momentum", "nesterov", "adam", "adamw"] = "adamw"
-    """`sgd`, `momentum` or `nesterov` (SGD with (Nesterov) momentum), `adam`, `adamw`."""
+    name: str = Field(default="adamw", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_.]*)?$")
+    """A short name (`sgd`, `momentum` and `nesterov`: SGD with (Nesterov) momentum, `adam`,
+    `adamw`), any `torch.optim` class (`RMSprop`, `NAdam`, `torch.optim.Adagrad`) or an importable
+    class `package.module:Class`; a class takes `lr`, `weight_decay` and `options`."""
     lr: PositiveFloat = 1e-3
     """The base learning rate; the schedule's segments multiply it."""
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
@@ -26,6 +52,46 @@ class OptimizerSpec(_Model):
     """Adam's second-moment decay (`adam`, `adamw`)."""
     eps: PositiveFloat = 1e-8
     """Adam's epsilon (`adam`, `adamw`)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """More keyword arguments of the optimizer's class (e.g. `{alpha: 0.9, centered: true}` for
+    `RMSprop`, `{amsgrad: true}` for `adamw`); searchable as `optimizer.options.<name>`."""
+    no_weight_decay: list[Literal["bias", "norm"]] = Field(default_factory=list)
+    """Parameters trained without weight decay: `bias` (every bias) and `norm` (the weights of
+    normalisation layers: batch, layer, group, instance and RMS norms), the usual recipe for
+    transformers; the rest decay by `weight_decay`."""
+
+    @field_validator("name")
+    @classmethod
+    def _short_name_or_class(cls, name: str) -> str:
+        """A lower-case name is one of the short names (``adamm`` is a typo, not a class); a class
+        is named as Python spells it (``RMSprop``), checked when the optimizer is built."""
+        if name in SHORT_OPTIMIZERS or not name[:1].islower() or "." in name or ":" in name:
+            return name
+        import difflib
+
+        close = difflib.get_close_matches(name, SHORT_OPTIMIZERS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"expected sgd, momentum, nesterov, adam, adamw, a torch.optim class (RMSprop, NAdam...) "
+            f"or package.module:Class, got {name!r}{hint}"
+        )
+
+    @model_validator(mode="after")
+    def _fields_fit_the_optimizer(self) -> OptimizerSpec:
+        if self.name in SHORT_OPTIMIZERS:
+            return self
+        for field, names in _SHORT_NAME_FIELDS.items():
+            if field in self.model_fields_set:
+                raise ValueError(
+                    f"{field} applies to {' and '.join(names)} only; for the class {self.name} give "
+                    f"it in options, by the class's own argument name"
+                )
+        return self
+
+    @property
+    def short_name(self) -> bool:
+        """Whether ``name`` is one of tuner's short names (whose fields it reads), not a class."""
+        return self.name in SHORT_OPTIMIZERS
 
 
 class ScheduleSegment(_Model):
@@ -112,6 +178,17 @@ class TrainingSpec(_Model):
     (0: on the training thread); the batches are the same either way."""
     prefetch_batches: PositiveInt = 2
     """Batches each data worker prepares ahead (DataLoader's `prefetch_factor`)."""
+    precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
+    """Lightning's words: `32-true` (float32), `bf16-mixed` (the forward pass and the loss under
+    bfloat16 autocast) or `16-mixed` (float16 autocast, with a gradient scaler whose state the
+    checkpoints keep); Accelerate's `no`, `bf16` and `fp16` are taken too."""
+    micro_batch_size: PositiveInt | None = None
+    """Train each process's share of a batch in micro-batches of this many examples, adding up
+    their gradients (one optimizer step per batch, the same update as one pass over the batch):
+    the memory of a micro-batch, the batch of `batch_size`. It must divide the share."""
+    compile: bool = False
+    """Train and evaluate through `torch.compile(model)` (the checkpoints keep the plain
+    module's weights, so they load without it)."""
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     """The optimizer and its fixed hyperparameters."""
     schedule: list[ScheduleSegment] = Field(
@@ -128,6 +205,12 @@ class TrainingSpec(_Model):
             raise ValueError("at most one segment may leave out steps/fraction (it takes the rest)")
         return segments
 
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _precision_words(cls, value: Any) -> Any:
+        """Accelerate's and the bare numbers' words for Lightning's: ``bf16`` is ``bf16-mixed``."""
+        return PRECISION_ALIASES.get(value, value) if isinstance(value, str | int) else value
+
     @model_validator(mode="after")
     def _batch_splits_across_processes(self) -> TrainingSpec:
         ranks = self.processes_per_trial * self.nodes
@@ -138,6 +221,18 @@ class TrainingSpec(_Model):
             raise ValueError(
                 f"batch_size {self.batch_size} is the global batch and must split evenly across "
                 f"{across} (each process trains on an equal share)"
+            )
+        share = self.batch_size // ranks
+        if self.micro_batch_size is not None and share % self.micro_batch_size:
+            of = (
+                f"batch_size {share}"
+                if ranks == 1
+                else f"each process's share ({share} of batch_size {self.batch_size})"
+            )
+            fits = _divisor_below(share, self.micro_batch_size)
+            raise ValueError(
+                f"micro_batch_size {self.micro_batch_size} does not divide {of}: micro-batches must "
+                f"split every batch evenly (e.g. micro_batch_size {fits})"
             )
         return self
 

@@ -8,10 +8,13 @@ in ``tuner.train.rng``, and ``tuner.workloads`` must not import a layer above it
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from tuner.errors import WorkloadError
 from tuner.spec import StudySpec
+from tuner.train.own_metrics import is_stateful
 from tuner.train.rng import seed_torch
 from tuner.workloads import (
     KNOWN_METRICS,
@@ -49,25 +52,63 @@ def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
 
 
 def check_task(name: str, workload: Workload) -> None:
-    """The task is known, a classifier has classes, and every metric exists and fits the task."""
+    """The task is known, a classifier has classes, every built-in metric exists and fits the
+    task, and every metric of the workload's own has a usable name and is something to score."""
     if workload.task not in TASKS:
         raise WorkloadError(
             f"workload {name!r} has task {workload.task!r}; expected one of: {', '.join(TASKS)}"
         )
-    unknown = [m for m in workload.metrics if m not in KNOWN_METRICS]
+    entries = workload.metrics if not isinstance(workload.metrics, (str, Mapping)) else [workload.metrics]
+    odd = [e for e in entries if not isinstance(e, (str, Mapping))]
+    if odd:
+        raise WorkloadError(
+            f"workload {name!r} lists a metric of type {type(odd[0]).__name__}; name a built-in "
+            '("accuracy") or give your own by name: metrics=("loss", {"f1": MulticlassF1Score(...)})'
+        )
+    builtin = workload.builtin_metrics
+    unknown = [m for m in builtin if m not in KNOWN_METRICS]
     if unknown:
         raise WorkloadError(
-            f"workload {name!r} asks for unknown metric(s) {unknown}; known: {', '.join(KNOWN_METRICS)}"
+            f"workload {name!r} asks for unknown metric(s) {unknown}; known: {', '.join(KNOWN_METRICS)} "
+            '(a metric of your own goes in a mapping: metrics=("loss", {"f1": ...}))'
         )
     fitting = task_metrics(workload.task)
-    misfits = [m for m in workload.metrics if m not in fitting]
+    misfits = [m for m in builtin if m not in fitting]
     if misfits:
         raise WorkloadError(
             f"workload {name!r} is a {workload.task} workload and asks for {', '.join(misfits)}, "
             f"which a {workload.task} model does not have; its metrics: {', '.join(fitting)}"
         )
+    _check_own_metrics(name, workload)
     if not workload.regression and (isinstance(workload.num_classes, bool) or workload.num_classes < 1):
         raise WorkloadError(
             f"workload {name!r} returned num_classes={workload.num_classes!r}; a classifier needs "
             "its class count (a regression workload sets task='regression' instead)"
         )
+
+
+def _check_own_metrics(name: str, workload: Workload) -> None:
+    """A metric of the workload's own: a plain name (it becomes ``val/<name>``) that no built-in
+    uses, and an object with ``update``/``compute``/``reset`` (torchmetrics) or a function."""
+    for metric, value in workload.own_metrics.items():
+        if not isinstance(metric, str) or not re.fullmatch(r"[A-Za-z0-9_]+", metric):
+            raise WorkloadError(
+                f"workload {name!r} names a metric {metric!r}: use letters, digits and _ (it is "
+                "reported as val/<name>)"
+            )
+        if metric in KNOWN_METRICS:
+            raise WorkloadError(
+                f"workload {name!r} gives its own metric {metric!r}, the name of a built-in one: "
+                f"name it otherwise (e.g. {metric}_own) or name the built-in alone"
+            )
+        if isinstance(value, str):
+            raise WorkloadError(
+                f"workload {name!r} maps metric {metric!r} to the string {value!r}: a built-in is "
+                f"named on its own, metrics=({value!r}, ...), under its own name"
+            )
+        if not is_stateful(value) and not callable(value):
+            raise WorkloadError(
+                f"workload {name!r} gives metric {metric!r} as {type(value).__name__}: expected an "
+                "object with update/compute/reset (a torchmetrics Metric) or a function "
+                "f(outputs, targets) -> float"
+            )

@@ -8,10 +8,14 @@ Batches are read on the training thread, or by DataLoader worker processes
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from tuner.train.batch_structure import move_pair
 from tuner.train.data_workers import WorkerStream
 from tuner.train.distributed import SINGLE, Ranks, batch_shard
 from tuner.train.fetching import fetch, fetch_step
@@ -48,8 +52,9 @@ class StepBatches:
         ranks: Ranks = SINGLE,
         data_workers: int = 0,
         prefetch_batches: int = 2,
+        collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
-        self.dataset = dataset
+        self.dataset, self.collate = dataset, collate
         self.size = len(dataset)  # type: ignore[arg-type]
         if self.size == 0:
             raise ValueError("the training dataset is empty")
@@ -59,7 +64,8 @@ class StepBatches:
         self.ranks = ranks
         self.steps_per_epoch = max(1, self.size // batch_size)  # drop the last partial batch
         self.data_workers, self.prefetch_batches = data_workers, prefetch_batches
-        self.uses_workers = data_workers > 0 and not isinstance(dataset, TensorDataset)
+        self.indexed_at_once = isinstance(dataset, TensorDataset) and collate is None
+        self.uses_workers = data_workers > 0 and not self.indexed_at_once
         self._stream: WorkerStream | None = None  # started by the first get(): at the run's start step
         self._threads_before: int | None = None  # torch's intra-op threads before the workers started
         self._epoch = -1
@@ -80,23 +86,27 @@ class StepBatches:
         with one process): every read (training thread or workers' sampler) goes through here."""
         return batch_shard(self.indices(step), self.ranks)
 
-    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, step: int) -> tuple[Any, Any]:
+        """Batch ``step`` as ``(inputs, targets)`` on the device (``tuner.train.batch_structure``:
+        inputs a tensor, a tuple or a dict; a dict item's targets its ``labels``)."""
         if self.uses_workers:
             if self._stream is None:
                 self._start_workers()
             inputs, targets = self._stream.get(step)  # type: ignore[union-attr]
         else:
-            inputs, targets = fetch_step(self.dataset, self.step_indices(step), self.data_seed, step)
+            inputs, targets = fetch_step(
+                self.dataset, self.step_indices(step), self.data_seed, step, collate=self.collate
+            )
         if self.device.type != "cpu":
             # Asynchronous on CUDA when the batch is pinned (workers pin it); else a plain copy.
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+            return move_pair(inputs, targets, self.device)
         return inputs, targets
 
     def _start_workers(self) -> None:
         self._stream = WorkerStream(
             self.dataset,
             self.step_indices,
+            collate=self.collate,
             data_seed=self.data_seed,
             workers=self.data_workers,
             prefetch=self.prefetch_batches,

@@ -74,8 +74,8 @@ class WorkerTraceback(Exception):
 class _StepDataset(Dataset):
     """Wraps the workload's dataset: one ``__getitems__`` call per batch, fed a StepRequest."""
 
-    def __init__(self, dataset: Dataset, data_seed: int) -> None:
-        self.dataset, self.data_seed = dataset, data_seed
+    def __init__(self, dataset: Dataset, data_seed: int, collate: Callable[[list[Any]], Any] | None) -> None:
+        self.dataset, self.data_seed, self.collate = dataset, data_seed, collate
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -83,10 +83,12 @@ class _StepDataset(Dataset):
     def __getitem__(self, index: int) -> Any:
         raise TypeError("batches are read with __getitems__(StepRequest)")
 
-    def __getitems__(self, request: StepRequest) -> tuple[torch.Tensor, torch.Tensor] | WorkerFailure:
+    def __getitems__(self, request: StepRequest) -> tuple[Any, Any] | WorkerFailure:
         indices = torch.tensor(request.indices, dtype=torch.long)
         try:
-            return fetch_step(self.dataset, indices, self.data_seed, request.step, restore_rngs=False)
+            return fetch_step(
+                self.dataset, indices, self.data_seed, request.step, restore_rngs=False, collate=self.collate
+            )
         except Exception as error:
             said = error if isinstance(error, WorkloadCodeError) else blame_workload(error)
             if said is None:  # not the workload's: DataLoader re-raises it with its type (an OOM stays one)
@@ -148,12 +150,13 @@ class WorkerStream:
         workers: int,
         prefetch: int,
         pin_memory: bool = False,
+        collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a WorkerStream needs at least one worker")
         self._sampler = _StepSampler(step_indices)
         self._loader = DataLoader(
-            _StepDataset(dataset, data_seed),
+            _StepDataset(dataset, data_seed, collate),
             batch_sampler=self._sampler,  # type: ignore[arg-type]
             num_workers=workers,
             collate_fn=_as_collated,
@@ -168,7 +171,7 @@ class WorkerStream:
         self._next_step: int | None = None
         self.restarts = 0  # how many times a step out of order restarted the stream
 
-    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, step: int) -> tuple[Any, Any]:
         if step != self._next_step:
             self._sampler.start = step
             if self._iterator is not None:

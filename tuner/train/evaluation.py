@@ -12,10 +12,14 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from tuner.train.batch_structure import move_pair
 from tuner.train.data import fetch
 from tuner.train.distributed import SINGLE, Ranks, eval_shard, sum_across_ranks_
 from tuner.train.metrics import MetricAccumulator
-from tuner.train.regression_metrics import RegressionAccumulator, as_predictions, by_output
+from tuner.train.own_metrics import OwnMetrics
+from tuner.train.precision import FULL, Precision
+from tuner.train.regression_metrics import RegressionAccumulator, by_output
+from tuner.train.scoring import Scored, Scorer
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -33,13 +37,14 @@ class Evaluator:
 
     ``subsets`` caps a split to fixed indices (e.g. a sample of the training set);
     ``prediction_indices`` are examples of the first split whose predictions are kept.
+    ``own_metrics`` are the workload's own (``tuner.train.own_metrics``), scored on whole splits.
     """
 
     def __init__(
         self,
         splits: Mapping[str, Dataset],
         *,
-        loss_fn: LossFn,
+        loss_fn: LossFn | None = None,
         metrics: Sequence[str],
         num_classes: int,
         batch_size: int,
@@ -48,21 +53,35 @@ class Evaluator:
         prediction_indices: torch.Tensor | None = None,
         ranks: Ranks = SINGLE,
         regression: bool = False,
+        scorer: Scorer | None = None,
+        own_metrics: Mapping[str, Any] | None = None,
+        precision: Precision = FULL,
+        collate: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         """With several processes (``ranks``), each scores its slice of every split in batches of
         ``batch_size / world_size`` and the metric sums are added up across them; predictions
-        are rank 0's job alone (it scores the whole sample)."""
+        are rank 0's job alone (it scores the whole sample). ``scorer`` scores a batch (default:
+        ``loss_fn`` on the model's logits), under ``precision``'s autocast."""
         self.splits = dict(splits)
-        self.loss_fn = loss_fn
+        if scorer is None:
+            assert loss_fn is not None, "an Evaluator needs a scorer or a loss_fn"
+            scorer = Scorer(loss_fn, model_loss=False, regression=regression)
+        scorer.check_shapes = True  # a regression's every batch (a squeeze shows on a batch of one)
+        self.scorer = scorer
         self.batch_size = batch_size
         self.device = torch.device(device)
         self.subsets = dict(subsets or {})
         self.regression = regression
+        self.precision, self.collate = precision, collate
         self.accumulators: dict[str, MetricAccumulator | RegressionAccumulator] = {
-            name: RegressionAccumulator(metrics, _first_target(dataset))
+            name: RegressionAccumulator(metrics, _first_target(dataset, collate))
             if regression
             else MetricAccumulator(metrics, num_classes)
             for name, dataset in self.splits.items()
+        }
+        self.own = {
+            name: OwnMetrics(dict(own_metrics or {}), self.device, regression=regression, ranks=ranks)
+            for name in self.splits
         }
         self.prediction_indices = prediction_indices if prediction_indices is not None else torch.empty(0)
         self.ranks = ranks
@@ -70,7 +89,9 @@ class Evaluator:
 
     def output_names(self) -> list[str]:
         return [
-            f"{split}/{metric}" for split, acc in self.accumulators.items() for metric in acc.output_names()
+            f"{split}/{metric}"
+            for split, acc in self.accumulators.items()
+            for metric in (*acc.output_names(), *self.own[split].names)
         ]
 
     def _indices(self, split: str) -> torch.Tensor:
@@ -82,24 +103,11 @@ class Evaluator:
         """Examples scored per split: how noisy an error rate on it is depends on them."""
         return {split: len(self._indices(split)) for split in self.splits}
 
-    def _logits_and_losses(self, model: torch.nn.Module, dataset: Dataset, indices: torch.Tensor):
-        inputs, targets = fetch(dataset, indices)
-        inputs, targets = inputs.to(self.device), targets.to(self.device)
-        try:
-            logits = model(inputs)
-        except Exception as error:
-            from tuner.train.workload_errors import blame_model
-
-            blamed = blame_model(error, model)
-            if blamed is None:
-                raise
-            raise blamed from error
-        if self.regression:
-            from tuner.train.workload_errors import check_prediction_shape
-
-            check_prediction_shape(logits, targets)
-            logits = as_predictions(logits, targets)
-        return logits, targets, self.loss_fn(logits, targets)
+    def _score(self, model: torch.nn.Module, dataset: Dataset, indices: torch.Tensor) -> Scored:
+        inputs, targets = fetch(dataset, indices, self.collate)
+        inputs, targets = move_pair(inputs, targets, self.device)
+        with self.precision.autocast():
+            return self.scorer(model, inputs, targets)
 
     def run(self, model: torch.nn.Module) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """Metrics of every split, and the predictions of the sampled examples."""
@@ -109,13 +117,22 @@ class Evaluator:
         try:
             with torch.inference_mode():
                 for split, dataset in self.splits.items():
-                    accumulator = self.accumulators[split]
+                    accumulator, own = self.accumulators[split], self.own[split]
                     accumulator.reset()
+                    own.reset()
                     for batch in eval_shard(self._indices(split), self.ranks).split(self.rank_batch_size):
-                        accumulator.update(*self._logits_and_losses(model, dataset, batch))
+                        scored = self._score(model, dataset, batch)
+                        if scored.item_losses is not None:
+                            accumulator.update(scored.outputs, scored.targets, scored.item_losses)
+                        else:
+                            accumulator.update(
+                                scored.outputs, scored.targets, mean_loss=scored.loss, count=scored.count
+                            )
+                        own.update(scored.outputs, scored.targets)
                     if self.ranks.distributed:
                         sum_across_ranks_(accumulator.sums(self.device), self.ranks)
                     results.update({f"{split}/{k}": v for k, v in accumulator.compute().items()})
+                    results.update({f"{split}/{k}": v for k, v in own.compute().items()})
                 predictions = self._predictions(model) if self.ranks.is_main else []
         finally:
             model.train(was_training)
@@ -129,7 +146,10 @@ class Evaluator:
         split, dataset = next(iter(self.splits.items()))
         rows = []
         for batch in self.prediction_indices.split(self.batch_size):
-            logits, targets, losses = self._logits_and_losses(model, dataset, batch)
+            scored = self._score(model, dataset, batch)
+            logits, targets, losses = scored.outputs, scored.targets, scored.item_losses
+            if logits is None or targets is None:
+                return []  # a model that gave only its loss: nothing to show per example
             if self.regression:  # a value has no confidence: the cell stays empty
                 predicted, confidence = logits, None
             else:
@@ -144,18 +164,21 @@ class Evaluator:
                         "confidence": None
                         if confidence is None
                         else round(float(confidence[row].float().mean()), 6),
-                        "loss": round(float(losses[row].float().mean()), 6),
+                        # a model's own loss is the batch's mean: no loss of one example to show
+                        "loss": None if losses is None else round(float(losses[row].float().mean()), 6),
                     }
                 )
         return rows
 
 
-def _first_target(dataset: Dataset) -> list[float] | None:
+def _first_target(dataset: Dataset, collate: Callable[[list[Any]], Any] | None = None) -> list[float] | None:
     """A regression split's first target (one value per output): what every process sums the
     targets less (``RegressionAccumulator``'s ``shift``); None for an empty split."""
     if not len(dataset):  # type: ignore[arg-type]
         return None
-    _, targets = fetch(dataset, torch.tensor([0]))
+    _, targets = fetch(dataset, torch.tensor([0]), collate)
+    if targets is None:
+        return None
     return by_output(targets)[0].tolist()
 
 

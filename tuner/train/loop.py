@@ -6,6 +6,7 @@ progress, pruning) is a callback; the loop itself stays short enough to read in 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from tuner.train.batch_structure import split_pair
 from tuner.train.data import StepBatches
 from tuner.train.distributed import (
     NO_STOP,
@@ -26,19 +28,19 @@ from tuner.train.distributed import (
 )
 from tuner.train.evaluation import Evaluator
 from tuner.train.events import FINISHED, Callback, Event, StopReason, StopTraining
-from tuner.train.metrics import masked_mean_loss
-from tuner.train.regression_metrics import as_predictions
+from tuner.train.precision import FULL, Precision
 from tuner.train.rng import rng_state, set_rng_state
 from tuner.train.schedules import Schedule
-from tuner.train.workload_errors import blame_model, check_batch, check_inputs, check_item_losses
+from tuner.train.scoring import Scored, Scorer, counted
 from tuner.workloads import IGNORE_INDEX
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def may_contain_padding(dataset: Any) -> bool:
-    """False only when we can see every target: a TensorDataset with no ``IGNORE_INDEX``."""
-    if isinstance(dataset, TensorDataset) and len(dataset.tensors) >= 2:
+def may_contain_padding(dataset: Any, collate: Any = None) -> bool:
+    """False only when we can see every target: a TensorDataset with no ``IGNORE_INDEX`` (and no
+    collate of the workload's own, which could make any batch)."""
+    if isinstance(dataset, TensorDataset) and len(dataset.tensors) >= 2 and collate is None:
         return bool((dataset.tensors[1] == IGNORE_INDEX).any())
     return True
 
@@ -61,7 +63,7 @@ class Trainer:
         *,
         model: torch.nn.Module,
         batches: StepBatches,
-        loss_fn: LossFn,
+        loss_fn: LossFn | None = None,
         optimizer: torch.optim.Optimizer,
         schedule: Schedule,
         base_lr: float,
@@ -70,22 +72,33 @@ class Trainer:
         evaluator: Evaluator | None = None,
         callbacks: Sequence[Callback] = (),
         grad_clip_norm: float | None = None,
-        augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+        augment: Callable[[Any, torch.Generator], Any] | None = None,
         num_classes: int | None = None,
         ranks: Ranks = SINGLE,
         train_model: torch.nn.Module | None = None,
         regression: bool = False,
+        scorer: Scorer | None = None,
+        precision: Precision = FULL,
+        micro_batches: int = 1,
+        eval_model: torch.nn.Module | None = None,
     ) -> None:
-        """``num_classes``, when given, checks the first batch's logits and targets against it
-        (for a ``regression``, predictions against real-valued targets; nothing is padding).
+        """``scorer`` scores a batch (``tuner.train.scoring``); without one, ``loss_fn`` on the
+        model's logits, and ``num_classes``, when given, checks the first batch's logits and
+        targets against it (for a ``regression``, predictions against real-valued targets).
+
+        ``precision`` runs the forward under autocast (with float16's gradient scaler);
+        ``micro_batches`` > 1 trains each batch in that many equal parts, their gradients added
+        up with each part's loss weighted by its share of the batch's targets.
 
         With several processes, ``ranks`` is this one's place and ``train_model`` the
         ``DistributedDataParallel`` wrapper the training forward goes through; ``model`` stays
         the plain module (evaluation, checkpoints and callbacks see it, so a checkpoint of a
-        2-process run loads into 1 process and back).
+        2-process run loads into 1 process and back). ``train_model`` and ``eval_model`` (default:
+        ``model``) are where a compiled model goes (``training.compile``).
         """
-        self.model, self.batches, self.loss_fn, self.optimizer = model, batches, loss_fn, optimizer
+        self.model, self.batches, self.optimizer = model, batches, optimizer
         self.train_model = train_model if train_model is not None else model
+        self.eval_model = eval_model if eval_model is not None else model
         self.ranks = ranks
         self._rank_rngs: list[dict[str, Any]] | None = None
         self._agreed_stop = NO_STOP
@@ -93,9 +106,21 @@ class Trainer:
         self.max_train_steps, self.eval_every = max_train_steps, eval_every
         self.evaluator, self.grad_clip_norm, self.augment = evaluator, grad_clip_norm, augment
         self.callbacks = sorted(callbacks, key=lambda cb: cb.order)
-        self.may_pad = not regression and may_contain_padding(batches.dataset)
         self.num_classes, self.regression = num_classes, regression
-        self._batch_checked = num_classes is None
+        if scorer is None:
+            assert loss_fn is not None, "a Trainer needs a scorer or a loss_fn"
+            scorer = Scorer(
+                loss_fn,
+                model_loss=False,
+                regression=regression,
+                num_classes=num_classes,
+                may_pad=not regression and may_contain_padding(batches.dataset),
+            )
+        self.scorer = scorer
+        self.precision, self.micro_batches = precision, micro_batches
+        self.scaler = precision.scaler()
+        # each group's multiple of the scheduled LR (Workload.param_groups' lr_scale)
+        self._lr_scales = [float(group.get("lr_scale", 1.0)) for group in optimizer.param_groups]
         self.step = 0
         self.start_step = 0
         self.lr = base_lr * schedule(0)
@@ -177,38 +202,21 @@ class Trainer:
         self.emit(Event.TRAIN_STEP_START)
         inputs, targets = self.batches.get(self.step)
         if self.augment is not None:
-            generator = torch.Generator(device=inputs.device)
+            generator = torch.Generator(device=self.batches.device)
             # each rank augments its own slice of the batch: its own stream (rank 0's is 1 process's)
             seed = self.batches.data_seed * 1_000_003 + self.step
             generator.manual_seed(seed * self.ranks.world_size + self.ranks.rank)
             inputs = self.augment(inputs, generator)
         lr = self.base_lr * self.schedule(self.step)
         if lr != self.lr or self.step == self.start_step:  # constant phases cost nothing
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+            for group, scale in zip(self.optimizer.param_groups, self._lr_scales, strict=True):
+                group["lr"] = lr * scale
         self.lr = lr
-        if not self._batch_checked:
-            check_inputs(inputs, self.model)
-        try:
-            logits = self.train_model(inputs)
-        except Exception as error:
-            blamed = blame_model(error, self.model)
-            if blamed is None:
-                raise
-            raise blamed from error
-        first = not self._batch_checked
-        if first:  # the first step's own forward: no extra pass, no RNG drawn
-            check_batch(logits, targets, self.num_classes, self.regression)  # type: ignore[arg-type]
-        if self.regression:  # every loss sees one prediction per target, never a broadcast
-            logits = as_predictions(logits, targets)
-        item_losses = self.loss_fn(logits, targets)
-        if first:
-            check_item_losses(item_losses, targets)
-            self._batch_checked = True
-        # Masking costs ~7 ops forward and 4 backward per step: only pay for it where padding exists.
-        loss = masked_mean_loss(item_losses, targets) if self.may_pad else item_losses.mean()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.micro_batches == 1:
+            loss = self._forward_backward(inputs, targets, weight=None)
+        else:
+            loss = self._accumulate(inputs, targets)
         # A CPU-GPU sync point, on purpose: a NaN must stop the run before it reaches the weights.
         if self.ranks.distributed:
             self.last_loss, self._agreed_stop = agree_on_step(loss, self._stop_request_code(), self.ranks)
@@ -222,11 +230,54 @@ class Trainer:
         # already drew from the RNGs and moved the batch-norm statistics, so a checkpoint taken
         # without the step would hold a state no uninterrupted run passes through, and the resume
         # would not be exact. The loop stops at its next turn, after this step's eval if one is due.
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clipping reads the true gradients
         if self.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip_norm)
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped when the gradients overflowed float16
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.step += 1
         self.emit(Event.TRAIN_STEP_END)
+
+    def _forward_backward(self, inputs: Any, targets: Any, weight: Any) -> torch.Tensor:
+        """One forward (under the run's precision) and its backward; the loss, detached for a
+        micro-batch (``weight``: its share of the batch's targets)."""
+        with self.precision.autocast():
+            scored: Scored = self.scorer(self.train_model, inputs, targets)
+        loss = scored.loss if weight is None else scored.loss * weight
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return loss if weight is None else loss.detach()
+
+    def _accumulate(self, inputs: Any, targets: Any) -> torch.Tensor:
+        """The batch in ``micro_batches`` equal parts, gradients added up: each part's mean loss
+        weighted by its share of the batch's counted targets, so the sum is the batch's mean (the
+        same update as one pass, but for batch norm's statistics, which each part computes on its
+        own). Only the last part synchronises gradients across processes (DDP's ``no_sync``)."""
+        parts = split_pair(inputs, targets, self.micro_batches)
+        if self.scorer.step is None:
+            counts = [counted(self._aligned(t), self.regression, i) for i, t in parts]
+            total = sum(counts)
+            weights = [c / total if float(total) else 1.0 / len(parts) for c in counts]
+        else:  # a workload's own step: its targets are its business; parts weigh by their examples
+            weights = [1.0 / len(parts)] * len(parts)
+        total_loss: torch.Tensor | None = None
+        for index, ((part_inputs, part_targets), weight) in enumerate(zip(parts, weights, strict=True)):
+            last = index == len(parts) - 1
+            syncing = last or not self.ranks.distributed or not hasattr(self.train_model, "no_sync")
+            with contextlib.nullcontext() if syncing else self.train_model.no_sync():
+                part = self._forward_backward(part_inputs, part_targets, weight).float()
+            total_loss = part if total_loss is None else total_loss + part
+        assert total_loss is not None
+        return total_loss
+
+    def _aligned(self, targets: Any) -> Any:
+        """The targets a loss is counted over: a causal LM's shifted by one."""
+        if targets is not None and self.scorer.shift_labels:
+            return targets[..., 1:]
+        return targets
 
     def _stop_request_code(self) -> int:
         if self._stop_requested is None:
@@ -237,7 +288,7 @@ class Trainer:
         assert self.evaluator is not None
         average_batch_norm_stats(self.model, self.ranks)  # evaluate every rank's statistics
         self.emit(Event.EVAL_START)
-        self.last_eval, self.last_predictions = self.evaluator.run(self.model)
+        self.last_eval, self.last_predictions = self.evaluator.run(self.eval_model)
         self.last_eval_step = self.step
         self.emit(Event.EVAL_END)
         return self.last_eval
@@ -263,6 +314,7 @@ class Trainer:
             **({"rank_rng": self._rank_rngs} if self.ranks.distributed and self._rank_rngs else {}),
             "last_eval": dict(self.last_eval),
             "last_eval_step": self.last_eval_step,
+            **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
             # a goal met at this step (TARGET_REACHED) is final: the checkpoint says so, and a
             # resume from it stops before training a step
@@ -284,6 +336,8 @@ class Trainer:
             set_rng_state(state["rng"])
         self.last_eval = dict(state.get("last_eval", {}))
         self.last_eval_step = int(state.get("last_eval_step", -1))
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
         finished = state.get("finished")
         if finished:
             self._stop_requested, self.stop_message = StopReason(finished["reason"]), finished["message"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from tuner.errors import WorkloadCodeError
 from tuner.workloads import IGNORE_INDEX, KNOWN_METRICS
 
 _TOP_K = 5
@@ -81,8 +82,22 @@ class MetricAccumulator:
         return [self._state[key] for key in sorted(self._state)]
 
     @torch.no_grad()
-    def update(self, logits: torch.Tensor, targets: torch.Tensor, item_losses: torch.Tensor) -> None:
-        """Add one batch. ``logits (..., C)``, ``targets (...)`` class indices, ``item_losses (...)``."""
+    def update(
+        self,
+        logits: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        item_losses: torch.Tensor | None = None,
+        *,
+        mean_loss: torch.Tensor | None = None,
+        count: torch.Tensor | int | None = None,
+    ) -> None:
+        """Add one batch. ``logits (..., C)``, ``targets (...)`` class indices, ``item_losses (...)``;
+        or, for a loss the model computed itself, its ``mean_loss`` over ``count`` counted targets
+        (``logits`` may then be None: only ``loss`` and ``perplexity`` can be scored)."""
+        if item_losses is None:
+            self._update_mean(logits, targets, mean_loss, count)
+            return
+        assert logits is not None and targets is not None
         c = self.num_classes
         if logits.shape[-1] != c:
             raise ValueError(f"logits have {logits.shape[-1]} classes in the last dim, expected {c}")
@@ -107,7 +122,12 @@ class MetricAccumulator:
         zero = torch.zeros((), dtype=torch.float64, device=device)
         state["loss_sum"] += torch.where(mask, losses, zero).sum()
         state["count"] += mask.sum()
+        self._add_predictions(logits, targets, mask)
 
+    def _add_predictions(self, logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> None:
+        """The counts the logits decide: correct, top-k correct, the confusion matrix."""
+        state, c = self._state, self.num_classes
+        assert state is not None
         preds = logits.argmax(dim=-1)
         state["correct"] += ((preds == targets) & mask).sum()
         if "top5_accuracy" in self.names:
@@ -117,6 +137,33 @@ class MetricAccumulator:
             # index_add_ rather than bincount: bincount on CUDA reads min/max back to the host.
             cell = torch.where(mask, targets * c + preds, torch.full_like(targets, c * c))
             state["confusion"].index_add_(0, cell, torch.ones_like(cell))
+
+    def _update_mean(
+        self,
+        logits: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        mean_loss: torch.Tensor | None,
+        count: torch.Tensor | int | None,
+    ) -> None:
+        """A batch whose loss is a mean over ``count`` targets (a model's own loss)."""
+        assert mean_loss is not None and count is not None, "a batch needs item_losses or mean_loss and count"
+        if logits is None and any(name not in ("loss", "perplexity") for name in self.names):
+            wanted = [name for name in self.names if name not in ("loss", "perplexity")]
+            raise WorkloadCodeError(
+                f"metric(s) {', '.join(wanted)} need the model's logits; the model gave only a loss"
+            )
+        device = mean_loss.device if logits is None else logits.device
+        if self._state is None:
+            self._state = self._init_state(device)
+        state = self._state
+        device = state["count"].device
+        counted = torch.as_tensor(count, device=device, dtype=torch.int64)
+        state["loss_sum"] += mean_loss.detach().to(device=device, dtype=torch.float64) * counted
+        state["count"] += counted
+        if logits is not None and targets is not None:
+            flat = targets.detach().reshape(-1).to(device=device, dtype=torch.int64)
+            logits = logits.detach().reshape(-1, self.num_classes).to(device)
+            self._add_predictions(logits, flat, flat != IGNORE_INDEX)
 
     def compute(self) -> dict[str, float]:
         """The metrics so far, as Python floats (averages are NaN if no real item was seen)."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from tuner.errors import WorkloadCodeError
 from tuner.workloads import REGRESSION_METRICS
 
 
@@ -88,8 +89,22 @@ class RegressionAccumulator:
         return [self._state[key] for key in sorted(self._state)]
 
     @torch.no_grad()
-    def update(self, outputs: torch.Tensor, targets: torch.Tensor, item_losses: torch.Tensor) -> None:
-        """Add one batch: ``outputs`` shaped as ``targets`` (or with a trailing 1), one loss per target."""
+    def update(
+        self,
+        outputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        item_losses: torch.Tensor | None = None,
+        *,
+        mean_loss: torch.Tensor | None = None,
+        count: torch.Tensor | int | None = None,
+    ) -> None:
+        """Add one batch: ``outputs`` shaped as ``targets`` (or with a trailing 1), one loss per
+        target; or a loss the model computed itself, its ``mean_loss`` over ``count`` targets."""
+        if outputs is None or targets is None:
+            raise WorkloadCodeError(
+                "a regression's metrics need the model's predictions and the targets; the model gave "
+                "only a loss"
+            )
         predictions = as_predictions(outputs, targets)
         if predictions.shape != targets.shape:
             shapes = f"{tuple(outputs.shape)} and {tuple(targets.shape)}"
@@ -105,7 +120,11 @@ class RegressionAccumulator:
             self.shift = y[0].cpu()
         if self.shift is not None:
             y = y - self.shift.to(device)
-        state["loss_sum"] += item_losses.detach().to(device=device, dtype=torch.float64).sum()
+        if item_losses is not None:
+            state["loss_sum"] += item_losses.detach().to(device=device, dtype=torch.float64).sum()
+        else:
+            assert mean_loss is not None and count is not None
+            state["loss_sum"] += mean_loss.detach().to(device=device, dtype=torch.float64) * float(count)
         state["squared_error"] += error.square().sum()
         state["absolute_error"] += error.abs().sum()
         state["output_squared_error"] += error.square().sum(dim=0)

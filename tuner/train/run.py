@@ -30,19 +30,21 @@ from tuner.train.distributed import SINGLE, Ranks
 from tuner.train.events import Callback, StopReason
 from tuner.train.launch import launch
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
-from tuner.train.loop import Trainer
+from tuner.train.loop import Trainer, may_contain_padding
 from tuner.train.nodes import run_on_nodes
 from tuner.train.objective import ObjectiveTracker
 from tuner.train.optimizers import build_optimizer
+from tuner.train.precision import resolve_precision
 from tuner.train.progress import ProgressCallback
 from tuner.train.proxy import proxy_split
 from tuner.train.rng import derive_seed, seed_torch, trial_seeds
 from tuner.train.run_folder import has_ended, locked_run_dir, prepare_run_dir, write_status
 from tuner.train.run_parts import (
     build_evaluator,
+    build_scorer,
     chance_scores,
+    compiled,
     ddp_model,
-    default_loss,
     resolve_device,
     split_class_counts,
     stop_on_signals,
@@ -241,17 +243,18 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         workload = dataclasses.replace(workload, train_data=proxy.train, eval_data=proxy.held_out)
         validation = proxy.describe(training.proxy_fraction)
     model = workload.model.to(device)
+    precision = resolve_precision(training.precision, device)
     run_data_seed = data_seed if data_seed is not None else seeds.data
     # dropout & co. draw from the data seed, not the init seed; each rank its own draws
     seed_torch(run_data_seed if ranks.is_main else derive_seed(run_data_seed, "rank", ranks.rank))
-    evaluator = build_evaluator(workload, spec, device, ranks)
+    evaluator = build_evaluator(workload, spec, device, ranks, precision)
     if spec.objective.metric not in evaluator.output_names():
         raise WorkloadError(
             f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
             f"it computes: {', '.join(evaluator.output_names())}"
         )
     # status.json's, so rank 0's alone
-    per_class = "per_class" in workload.metrics and ranks.is_main
+    per_class = "per_class" in workload.builtin_metrics and ranks.is_main
     split_classes = split_class_counts(workload, evaluator) if per_class else None
     tracker = ObjectiveTracker(spec.objective.metric, spec.objective.direction)
     callbacks: list[Callback] = [tracker]
@@ -278,19 +281,33 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
                     label=spec.name,
                 )
             )
+    batches = StepBatches(
+        workload.train_data,
+        training.batch_size,
+        run_data_seed,
+        device,
+        ranks=ranks,
+        data_workers=training.data_workers,
+        prefetch_batches=training.prefetch_batches,
+        collate=workload.collate,
+    )
+    train_model = ddp_model(model, device, training.sync_batch_norm) if ranks.distributed else model
+    eval_model = model
+    if training.compile:  # the plain module's weights are what checkpoints keep
+        eval_model = compiled(model)
+        train_model = compiled(train_model) if ranks.distributed else eval_model
+    share = training.batch_size // ranks.world_size
     trainer = Trainer(
         model=model,
-        batches=StepBatches(
-            workload.train_data,
-            training.batch_size,
-            run_data_seed,
-            device,
-            ranks=ranks,
-            data_workers=training.data_workers,
-            prefetch_batches=training.prefetch_batches,
+        batches=batches,
+        scorer=build_scorer(
+            workload,
+            num_classes=workload.num_classes,
+            may_pad=not workload.regression and may_contain_padding(batches.dataset, workload.collate),
         ),
-        loss_fn=default_loss(workload),
-        optimizer=build_optimizer(training.optimizer, model.parameters()),
+        precision=precision,
+        micro_batches=share // training.micro_batch_size if training.micro_batch_size else 1,
+        optimizer=build_optimizer(training.optimizer, model, workload.param_groups),
         schedule=schedule,
         base_lr=training.optimizer.lr,
         max_train_steps=training.max_train_steps,
@@ -302,7 +319,8 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
         num_classes=workload.num_classes,
         regression=workload.regression,
         ranks=ranks,
-        train_model=ddp_model(model, device, training.sync_batch_norm) if ranks.distributed else None,
+        train_model=train_model,
+        eval_model=eval_model,
     )
     # loaded to CPU: RNG states must stay CPU tensors; load_state_dict moves weights to the model's device
     resumable = resume_point(run_dir / "checkpoints")

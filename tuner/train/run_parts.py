@@ -22,8 +22,10 @@ from tuner.train.distributed import SINGLE, Ranks
 from tuner.train.evaluation import Evaluator, LossFn, class_counts, fixed_sample
 from tuner.train.events import StopReason
 from tuner.train.loop import Trainer
+from tuner.train.precision import FULL, Precision
 from tuner.train.regression_metrics import constant_scores, squared_error_per_item
 from tuner.train.rng import derive_seed
+from tuner.train.scoring import Scorer
 from tuner.train.workload_errors import real_targets
 from tuner.workloads import IGNORE_INDEX, Workload
 
@@ -53,8 +55,26 @@ def default_loss(workload: Workload) -> LossFn:
     return squared_error_per_item if workload.regression else cross_entropy_per_item
 
 
+def build_scorer(workload: Workload, *, num_classes: int | None, may_pad: bool = True) -> Scorer:
+    """How a batch of ``workload`` is scored (``tuner.train.scoring``): its ``step``, else its model
+    with its ``loss_fn`` or the task's (or, with no ``loss_fn``, a model's own loss)."""
+    return Scorer(
+        default_loss(workload),
+        model_loss=workload.loss_fn is None,
+        regression=workload.regression,
+        num_classes=num_classes,
+        may_pad=may_pad,
+        shift_labels=workload.shift_labels,
+        step=workload.step,
+    )
+
+
 def build_evaluator(
-    workload: Workload, spec: StudySpec, device: torch.device, ranks: Ranks = SINGLE
+    workload: Workload,
+    spec: StudySpec,
+    device: torch.device,
+    ranks: Ranks = SINGLE,
+    precision: Precision = FULL,
 ) -> Evaluator:
     training = spec.training
     splits = {"val": workload.eval_data, "train": workload.train_data}
@@ -71,8 +91,7 @@ def build_evaluator(
     )
     return Evaluator(
         splits,
-        loss_fn=default_loss(workload),
-        metrics=workload.metrics,
+        metrics=workload.builtin_metrics,
         num_classes=workload.num_classes,
         batch_size=training.resolved_eval_batch_size,
         device=device,
@@ -80,6 +99,10 @@ def build_evaluator(
         prediction_indices=samples,
         ranks=ranks,
         regression=workload.regression,
+        scorer=build_scorer(workload, num_classes=workload.num_classes),
+        own_metrics=workload.own_metrics,
+        precision=precision,
+        collate=workload.collate,
     )
 
 
@@ -132,6 +155,12 @@ def ddp_model(model: torch.nn.Module, device: torch.device, sync_batch_norm: boo
     )
 
 
+def compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile(model)`` (``training.compile``): an ``OptimizedModule`` that shares the
+    model's parameters, so the optimizer, the checkpoints and ``load_model`` see the plain module."""
+    return torch.compile(model)  # type: ignore[return-value]
+
+
 def split_class_counts(workload: Workload, evaluator: Evaluator) -> dict[str, list[int]]:
     """Examples per class of each evaluated split, for imbalanced data (``status.json``'s
     ``class_counts``): ``val`` (what validation used), ``train`` (the whole training split) and,
@@ -160,6 +189,6 @@ def chance_scores(workload: Workload) -> dict[str, dict[str, float]]:
         return {}
     default = workload.loss_fn is None
     return {
-        split: constant_scores(workload.metrics, targets, train, default)
+        split: constant_scores(workload.builtin_metrics, targets, train, default)
         for split, targets in (("val", val), ("train", train))
     }

@@ -45,9 +45,8 @@ def _metric_names(loaded: LoadedStudy) -> list[str] | None:
 def _check_metric(loaded: LoadedStudy, path: tuple[str, ...], metric: str) -> None:
     """``objective.metric`` must be one the workload computes.
 
-    A built-in's list is known here. A user workload's list lives in its code, which ``validate``
-    does not import; the name must still be one tuner can compute at all, and the workload's own
-    list is checked when a trial starts.
+    A built-in's list is known here. A user workload's list lives in its code: it is checked
+    when the workload is built.
     """
     split, _, name = metric.partition("/")
     computed = _metric_names(loaded)
@@ -57,10 +56,21 @@ def _check_metric(loaded: LoadedStudy, path: tuple[str, ...], metric: str) -> No
         choices = [f"{s}/{m}" for s in _SPLITS for m in computed]
         what = f"{loaded.spec.workload.name} computes"
     else:
+        # a user workload may compute metrics of its own (``Workload.metrics``): its list is read
+        # when it is built (``validate`` builds it; a trial too); only the file can give their
+        # direction
         if (name in KNOWN_METRICS and name != "per_class") or _PER_CLASS.fullmatch(name):
             return
+        if "direction" in loaded.spec.objective.model_fields_set:
+            return
         choices = [f"{s}/{m}" for s in _SPLITS for m in KNOWN_METRICS if m != "per_class"]
-        what = "tuner computes (for any workload)"
+        close = difflib.get_close_matches(metric, choices, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "."
+        raise loaded.error(
+            path,
+            f"{metric!r} is not a metric tuner computes{hint} If it is the workload's own metric, "
+            "set objective.direction (minimize or maximize): tuner cannot know which way it is better",
+        )
     close = difflib.get_close_matches(metric, choices, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     names = ", ".join(m for m in choices if m.startswith(f"{split}/")) or ", ".join(choices)
