@@ -186,9 +186,10 @@ class TrainingSpec(_Model):
     """Train each process's share of a batch in micro-batches of this many examples, adding up
     their gradients (one optimizer step per batch, the same update as one pass over the batch):
     the memory of a micro-batch, the batch of `batch_size`. It must divide the share."""
-    compile: bool = False
-    """Train and evaluate through `torch.compile(model)` (the checkpoints keep the plain
-    module's weights, so they load without it)."""
+    compile: bool | Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$")] = False
+    """Train and evaluate through `torch.compile(model)`: `true` (its default backend, inductor)
+    or a backend's name (`aot_eager`...). The checkpoints keep the plain module's weights, so they
+    load without it."""
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     """The optimizer and its fixed hyperparameters."""
     schedule: list[ScheduleSegment] = Field(

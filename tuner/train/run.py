@@ -294,8 +294,8 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
     train_model = ddp_model(model, device, training.sync_batch_norm) if ranks.distributed else model
     eval_model = model
     if training.compile:  # the plain module's weights are what checkpoints keep
-        eval_model = compiled(model)
-        train_model = compiled(train_model) if ranks.distributed else eval_model
+        eval_model = compiled(model, training.compile)
+        train_model = compiled(train_model, training.compile) if ranks.distributed else eval_model
     share = training.batch_size // ranks.world_size
     trainer = Trainer(
         model=model,

@@ -155,9 +155,17 @@ def ddp_model(model: torch.nn.Module, device: torch.device, sync_batch_norm: boo
     )
 
 
-def compiled(model: torch.nn.Module) -> torch.nn.Module:
-    """``torch.compile(model)`` (``training.compile``): an ``OptimizedModule`` that shares the
-    model's parameters, so the optimizer, the checkpoints and ``load_model`` see the plain module."""
+def compiled(model: torch.nn.Module, backend: bool | str) -> torch.nn.Module:
+    """``torch.compile(model)`` (``training.compile``: ``True`` for torch's default backend, or a
+    backend's name): an ``OptimizedModule`` that shares the model's parameters, so the optimizer,
+    the checkpoints and ``load_model`` see the plain module."""
+    if isinstance(backend, str):
+        known = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in known:
+            raise UsageError(
+                f"training.compile: no torch.compile backend {backend!r}; known: {', '.join(known)}"
+            )
+        return torch.compile(model, backend=backend)  # type: ignore[return-value]
     return torch.compile(model)  # type: ignore[return-value]
 
 

@@ -61,15 +61,16 @@ def read_output(output: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     (a dict with attributes) gives its ``loss`` and ``logits`` (either may be missing)."""
     if isinstance(output, torch.Tensor):
         return None, output
-    if isinstance(output, Mapping):
-        return output.get("loss"), output.get("logits")
     if isinstance(output, (tuple, list)):
         raise WorkloadCodeError(
             f"the workload's model returned a {type(output).__name__} of {len(output)}; tuner reads a "
             "tensor of logits, or a dict / ModelOutput with 'logits' and/or 'loss': return one of "
             "those, or give the workload a step(model, batch) -> Step that says what the loss is"
         )
-    loss, logits = getattr(output, "loss", None), getattr(output, "logits", None)
+    if isinstance(output, Mapping):
+        loss, logits = output.get("loss"), output.get("logits")
+    else:
+        loss, logits = getattr(output, "loss", None), getattr(output, "logits", None)
     if loss is None and logits is None:
         raise WorkloadCodeError(
             f"the workload's model returned {type(output).__name__}, with neither logits nor a loss: "
