@@ -70,3 +70,94 @@ def test_a_checkpoint_without_a_run_folder_or_a_checksum_is_refused(
     (best.parent / "index.json").write_text(json.dumps({**index, "digests": {}}))
     with pytest.raises(UsageError, match="has no checksum for it, so its weights cannot be trusted"):
         load_model(best)
+
+
+EVIL = """\
+from pathlib import Path
+
+
+def build(ctx):
+    Path(ctx.options["marker"]).write_text("ran")  # outside the run folder
+    raise SystemExit("evil ran")
+"""
+
+
+def _received(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A run folder as received from elsewhere: its config.yaml names ``evil.py:build``, beside
+    it, which writes a file outside the folder when called. The checkpoint and its checksums are
+    the genuine ones of a toy run (so the weights themselves load)."""
+    best = _trained(tmp_path, monkeypatch)
+    received = tmp_path / "downloads" / "run"
+    import shutil
+
+    shutil.copytree(best.parent.parent, received)
+    (received / "evil.py").write_text(EVIL)
+    marker = tmp_path / "outside.txt"
+    config = yaml.safe_load((received / "config.yaml").read_text())
+    config["workload"] = {"name": f"{received / 'evil.py'}:build", "options": {"marker": str(marker)}}
+    (received / "config.yaml").write_text(yaml.safe_dump(config))
+    return received / "checkpoints" / best.name, marker
+
+
+def test_loading_a_received_run_folder_runs_none_of_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, marker = _received(tmp_path, monkeypatch)
+    with pytest.raises(UsageError, match=r"names the workload .*evil\.py:build, code that loading would run: "):
+        load_model(checkpoint)
+    assert not marker.exists()
+    from tests.orchestrate_tests.toy_workload import _Toy
+
+    into = load_model(checkpoint, model=_Toy(sleep_s=0.0))  # the weights alone: no code of the folder's
+    assert type(into).__name__ == "_Toy" and not marker.exists()
+    state = torch.load(checkpoint, weights_only=True)
+    assert all(torch.equal(t, state["model"][k]) for k, t in into.state_dict().items())
+
+
+def test_trust_code_is_the_users_word_that_the_folders_code_may_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, marker = _received(tmp_path, monkeypatch)
+    with pytest.raises(SystemExit, match="evil ran"):
+        load_model(checkpoint, trust_code=True)
+    assert marker.read_text() == "ran"
+
+
+def test_a_build_function_the_caller_names_builds_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, marker = _received(tmp_path, monkeypatch)
+    from tests.orchestrate_tests import toy_workload
+
+    seen = []
+
+    def build(ctx):  # the run's options and seed reach it, as they reached the run's own build
+        seen.append(ctx.options)
+        return toy_workload.build(ctx)
+
+    model = load_model(checkpoint, workload=build)
+    assert type(model).__name__ == "_Toy" and seen and not marker.exists()
+
+
+def test_in_a_fresh_process_a_users_own_file_workload_needs_their_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    best = _trained(tmp_path, monkeypatch)
+    script = (
+        "import sys\n"
+        "from tuner.errors import UsageError\n"
+        "from tuner.train import load_model\n"
+        "try:\n"
+        "    load_model(sys.argv[1])\n"
+        "except UsageError as error:\n"
+        "    print('refused:', error)\n"
+        "print(type(load_model(sys.argv[1], trust_code=True)).__name__)\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(best)], capture_output=True, text=True, check=True
+    )
+    assert "refused:" in done.stdout and "trust_code=True" in done.stdout
+    assert done.stdout.strip().endswith("_Toy")

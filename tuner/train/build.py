@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tuner.errors import WorkloadError
 from tuner.spec import StudySpec
@@ -27,15 +28,19 @@ from tuner.workloads import (
 )
 
 
-def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
-    """Import the entry point and call it with every RNG seeded by ``init_seed``.
+def build_workload(
+    spec: StudySpec, base_dir: Path, init_seed: int, function: Callable[..., Any] | None = None
+) -> Workload:
+    """Import the entry point (or take ``function``, a build function the caller names) and call
+    it with every RNG seeded by ``init_seed``.
 
     Side effect: reseeds torch's, numpy's and Python's global RNGs, so the model's initial
     weights depend on ``init_seed`` alone (identical on every DDP rank and every retry).
     """
     import numpy as np
 
-    function = import_entry_point(parse_entry_point(spec.workload.name, base_dir))
+    if function is None:
+        function = import_entry_point(parse_entry_point(spec.workload.name, base_dir))
     random.seed(init_seed)
     np.random.seed(init_seed % 2**32)
     seed_torch(init_seed)
