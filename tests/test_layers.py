@@ -15,8 +15,8 @@ import tuner
 
 LAYERS = ("spec", "workloads", "train", "orchestrate", "playbook", "report", "cli")
 ROOT = Path(tuner.__file__).parent
-#: ``tuner/__main__.py`` only starts the CLI: it sits at the top.
-TOP_MODULES = {"__main__": len(LAYERS)}
+#: ``tuner/__main__.py`` only starts the CLI, and ``tuner/api.py`` is tuner from Python: both at the top.
+TOP_MODULES = {"__main__": len(LAYERS), "api": len(LAYERS)}
 
 
 def _rank(module: str) -> int | None:

@@ -17,8 +17,11 @@ from rich.console import Console
 class PipeSafeConsole(Console):
     """A rich ``Console`` that goes quiet, instead of exiting, when its reader has gone."""
 
+    #: the reader has gone: nothing is printed any more, not even an error line
+    broken = False
+
     def on_broken_pipe(self) -> None:
-        self.quiet = True
+        self.quiet = self.broken = True
         with contextlib.suppress(OSError, ValueError, AttributeError):
             # the descriptor itself, so Python's own flush at exit does not fail on it either
             devnull = os.open(os.devnull, os.O_WRONLY)

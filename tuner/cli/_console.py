@@ -16,8 +16,19 @@ __all__ = ["err", "error_line", "out", "plural", "warning_line"]
 
 
 def error_line(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    _always(f"[bold red]error:[/] {message}")
 
 
 def warning_line(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}", markup=True, highlight=False)
+    _always(f"[yellow]warning:[/] {message}")
+
+
+def _always(line: str) -> None:
+    """An error or a warning is printed even while the console is quiet (``tuner.tune(...,
+    quiet=True)`` silences the rest): only a reader that has gone keeps it unsaid."""
+    was_quiet = err.quiet
+    err.quiet = err.broken
+    try:
+        err.print(line, markup=True, highlight=False)
+    finally:
+        err.quiet = was_quiet
