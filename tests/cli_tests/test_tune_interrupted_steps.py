@@ -89,7 +89,7 @@ def test_a_rerun_after_trials_interrupted_at_step_0_plans_as_the_uninterrupted_r
     interrupted = _built(tmp_path / "interrupted", round1=round1, interrupted=phase)
     plan = dry_run_plan(interrupted.path, BUDGET, interrupted.output_dir)
     ran = {p["phase"]: p["steps_ran"] for p in plan["phases"]}
-    assert ran["toy/sweep-lr"] == sum(SWEEP_STEPS.values())  # 280, not 460: the retries of slots 0 and 1 counted once
+    assert ran["toy/sweep-lr"] == sum(SWEEP_STEPS.values())  # 280, not 460: each retry counted once
     if round1:
         assert ran["toy/round-1"] == 4 * ROUND1_STEPS  # 80: not 80 + 40
     clean = _built(tmp_path / "clean", round1=round1, interrupted=None)
