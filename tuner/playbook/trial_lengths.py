@@ -107,9 +107,9 @@ def production_length(
     """``training.max_train_steps`` from the file or a ``--set`` (``overrides``: the loaded
     study's, by field path), else sweep-lr's recommendation in the storage.
 
-    A ``--set`` that ``tuner tune`` added (sweep-lr's cap, when no LR fit within it: its
-    ``max_train_steps_fallback`` decision, stored with the study) is named as the sweep's, not
-    the user's; neither is "the study file", which leaves the field out."""
+    A ``--set`` value is not the study file's: it is named as given, or, when ``tuner tune``
+    added it (sweep-lr's cap, as no LR fit within it: its ``max_train_steps_fallback`` decision,
+    stored with the study), as sweep-lr's cap."""
     steps = spec.training.max_train_steps
     if steps is not None:
         given = (overrides or {}).get(MAX_TRAIN_STEPS)
