@@ -57,6 +57,9 @@ def test_end_to_end_within_a_tiny_budget_delivers_the_model_and_logs_its_decisio
     assert Path(model["checkpoint"]).is_file()
     assert model["reproduce"].startswith("tuner train ")
     assert "delivered    val/error_rate" in done.stderr and "checkpoint" in done.stderr
+    # the delivered run's other validation metrics of the same eval, beside its objective
+    assert {"val/error_rate", "val/loss", "val/accuracy"} <= set(model["val_metrics"]["values"])
+    assert "\nval metrics  val/loss = " in done.stderr and ", val/accuracy = " in done.stderr
     assert "Warning" not in done.stderr, done.stderr  # no library warning (scipy's, Optuna's) leaks
     # every phase's workers were forked from one zygote, started by the first phase
     phases = {log.parent.parent.name for log in output_dir.glob("*/*/.workers/cpu0@*.log")}

@@ -145,3 +145,6 @@ def test_a_sweep_that_fit_nothing_with_validation_best_early_says_so_in_its_fall
     assert "validation was best at step 20 of it, as with noisy labels" in fallback["text"]
     assert "--set max_train_steps=40" in fallback["text"] and "longer keeps helping" not in fallback["text"]
     assert payload["delivered_model"]["max_train_steps"] == 100
+    # the rounds' headers name the sweep's cap, which tune set: the file leaves the field out
+    assert "max_train_steps 100 (from tuner sweep-lr's cap: no LR fit within it)" in done.stderr
+    assert "(from the study file)" not in done.stderr

@@ -82,6 +82,34 @@ def test_a_sweep_that_stopped_before_its_cap_is_costed_at_what_it_trained(tmp_pa
     assert sweep.cost_hours == pytest.approx(sum(range(1, 13)) / 3600)
 
 
+def test_a_retry_in_its_failed_attempts_folder_is_counted_once(tmp_path: Path) -> None:
+    """A retry resumes in its failed attempt's run folder and rewrites its status.json: that step
+    is the retry's. Slot 0 was interrupted at step 0 (it recorded ``final_step`` 0), slot 1 killed
+    at step 50 (last checkpoint 40: its 10 lost steps were trained, so they count); both retries
+    trained to 120 in the same folder."""
+    path = write_study(tmp_path, STUDY)
+    url = default_storage_url(tmp_path / "runs", "est")
+    round2 = _phase(url, "round-2", 2, 120)
+    for slot, failed in enumerate(
+        [
+            {"final_step": 0, "failure_reason": "interrupted"},
+            {"last_checkpoint_step": 40, "failure_reason": "killed"},
+        ]
+    ):
+        folder = tmp_path / "runs" / "est" / "round-2" / f"trial-{slot:04d}"
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"status": "completed", "step": 120}))
+        evals = {25: 0.5, 50: 0.4} if slot else {}
+        attrs = {"slot": slot, "attempt": 0, "run_dir": str(folder), "retried": True, **failed}
+        round2.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs, intermediate_values=evals))
+        resumed = 40 if slot else 0
+        retry = {"attempt": 1, "resumed_from_step": resumed, "retry_of": 2 * slot, "run_dir": str(folder)}
+        round2.add_trial(_done(slot, 120, 6.0, **retry))
+    phase = {p.phase: p for p in estimate(load_study(path), storage_url=url, workers=1).phases}["round-2"]
+    # slot 0: 0 + 120; slot 1: 50 + 80. Read for the failed attempts, the folders' 120 counted 440
+    assert phase.ran.steps == 120 + 50 + 80
+
+
 def test_a_running_trial_still_has_the_rest_of_its_length_to_train(tmp_path: Path) -> None:
     path = write_study(tmp_path, STUDY)
     url = default_storage_url(tmp_path / "runs", "est")

@@ -338,6 +338,27 @@ def test_a_study_run_on_another_storage_is_listed_from_its_output_folder(tmp_pat
     )
 
 
+def test_every_study_under_the_output_folder_is_listed_at_any_depth(
+    two_studies: Path, tmp_path: Path
+) -> None:
+    """``make demo`` writes its study to ``runs/demo/digits-mlp/``, a folder deeper than
+    ``runs/<study>/``: ``tuner list`` (``--output-dir runs``) lists it beside the others. A study
+    folder's own subfolders (phases, run folders) are not searched: they hold no other study."""
+    output_dir = tmp_path / "runs"
+    shutil.copytree(two_studies / "alpha", output_dir / "demo" / "alpha")
+    shutil.copytree(two_studies / "beta", output_dir / "beta")
+    shutil.copytree(two_studies / "alpha", output_dir / "beta" / "round-1" / "copy")  # inside a study
+    result = invoke("list", "--output-dir", str(output_dir))
+    assert result.exit_code == 0, result.output
+    assert set(_blocks(result.stdout)) == {"alpha", "beta"}
+    assert f"2 studies in 2 storages under {output_dir}" in plain(result.stdout)
+    storages = {
+        row["study"]: row["storage"]
+        for row in json.loads(invoke("list", "--json", "--output-dir", str(output_dir)).stdout)
+    }
+    assert storages["alpha"] == f"sqlite:///{output_dir / 'demo' / 'alpha' / 'study.db'}"
+
+
 def test_help_is_clean_at_80_columns() -> None:
     result = invoke("list", "--help", env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output

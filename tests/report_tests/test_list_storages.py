@@ -84,8 +84,8 @@ def _empty_storage(tmp_path: Path) -> list[str]:
             "no study storage under {tmp}/nowhere (no such folder)",
         ),
         (
-            lambda tmp: ["--output-dir", str(tmp)],  # a folder without */study.db
-            "no study storage under {tmp} (no {tmp}/*/study.db nor {tmp}/*/storage.json)",
+            lambda tmp: ["--output-dir", str(tmp)],  # a folder without a study.db at any depth
+            "no study storage under {tmp} (no study.db nor storage.json in it or its folders)",
         ),
         (_garbage_db, "cannot read storage sqlite:///{tmp}/runs/x/study.db: "),
         (_empty_storage, "storage sqlite:///{tmp}/empty.db holds no tuner study"),
@@ -113,10 +113,11 @@ def test_a_server_that_refuses_is_waited_for_then_one_line_without_its_password(
 
 def test_a_relative_storage_path_is_remembered_from_anywhere(tmp_path: Path, monkeypatch: Any) -> None:
     """``journal:///j.log`` is relative to where the phase ran; ``tuner list`` runs elsewhere."""
-    from tuner.orchestrate.storage_pointer import pointer_paths, read_pointer, remember_storage
+    from tuner.orchestrate.storage_pointer import read_pointer, remember_storage, study_storage_files
 
     monkeypatch.chdir(tmp_path)
     remember_storage(Path("runs"), "rel", "journal:///shared/j.log")
     remember_storage(Path("runs"), "default", f"sqlite:///{(tmp_path / 'runs/default/study.db')}")
-    [pointer] = [read_pointer(path) for path in pointer_paths(tmp_path / "runs")]  # none for the default
+    found = study_storage_files(tmp_path / "runs").pointers
+    [pointer] = [read_pointer(path) for path in found]  # none for the default
     assert (pointer.study, pointer.url) == ("rel", f"journal:///{tmp_path}/shared/j.log")

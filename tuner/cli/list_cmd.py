@@ -1,11 +1,13 @@
 """``tuner list``: every study of a storage in the playbook's experiment-tracking table.
 
 Which storages: ``--storage URL`` (or ``$TUNER_STORAGE``), every study in it; else each
-``<output-dir>/*/study.db`` (the default layout: one SQLite file per study) and, for a study run
-on another storage (a journal file, PostgreSQL, a proxy), the one its folder's ``storage.json``
-names (``storage_pointer``), that study alone. Of several, one that cannot be read is skipped
-with a warning and the others are listed; a single storage that cannot be read, or nothing to
-list at all, is one error line (exit 2). Reads only; never writes to a storage.
+``study.db`` under the output folder, at any depth (the default layout: one SQLite file per
+study, ``<output-dir>/<study>/study.db``; ``make demo``'s is ``runs/demo/digits-mlp/study.db``)
+and, for a study run on another storage (a journal file, PostgreSQL, a proxy), the one its
+folder's ``storage.json`` names (``storage_pointer``), that study alone. Of several, one that
+cannot be read is skipped with a warning and the others are listed; a single storage that cannot
+be read, or nothing to list at all, is one error line (exit 2). Reads only; never writes to a
+storage.
 """
 
 from __future__ import annotations
@@ -35,17 +37,17 @@ class _Source:
 
 
 def _sources(storage: str | None, output_dir: Path) -> list[_Source]:
-    """``storage``; or every ``study.db`` one folder under ``output_dir``, then every other storage
-    a study folder's ``storage.json`` names (each once, with the studies that named it). A pointer
+    """``storage``; or every ``study.db`` under ``output_dir``, then every other storage a study
+    folder's ``storage.json`` names (each once, with the studies that named it). A pointer
     that cannot be used is a warning, as an unreadable ``study.db`` among several is."""
     if storage:
         return [_Source(storage)]
-    from tuner.orchestrate.storage_pointer import PointerError, pointer_paths, read_pointer
+    from tuner.orchestrate.storage_pointer import PointerError, read_pointer, study_storage_files
 
-    found = sorted(output_dir.glob("*/study.db")) if output_dir.is_dir() else []
-    sources = [_Source(f"sqlite:///{path.resolve()}") for path in found]
+    found = study_storage_files(output_dir)
+    sources = [_Source(f"sqlite:///{path.resolve()}") for path in found.databases]
     named: dict[str, set[str]] = {}
-    pointers = pointer_paths(output_dir)
+    pointers = found.pointers
     for path in pointers:
         try:
             pointer = read_pointer(path)
@@ -64,8 +66,7 @@ def _sources(storage: str | None, output_dir: Path) -> list[_Source]:
         why = (
             "no such folder"
             if not output_dir.is_dir()
-            else f"no {output_dir / '*' / 'study.db'}"
-            + ("" if pointers else f" nor {output_dir / '*' / 'storage.json'}")
+            else "no study.db" + ("" if pointers else " nor storage.json") + " in it or its folders"
         )
         raise UsageError(
             f"no study storage under {output_dir} ({why}); give the output folder the studies ran "
@@ -82,8 +83,8 @@ def list_studies(
         metavar="URL",
         envvar="TUNER_STORAGE",
         help=(
-            "List every study in this storage (default: each DIR/*/study.db, and the storage "
-            "each DIR/*/storage.json names)."
+            "List every study in this storage (default: each study.db under DIR, and the "
+            "storage each storage.json under DIR names)."
         ),
     ),
     output_dir: Path = typer.Option(
@@ -91,7 +92,7 @@ def list_studies(
         "--output-dir",
         metavar="DIR",
         envvar="TUNER_OUTPUT_DIR",
-        help="Output folder whose DIR/*/study.db (and DIR/*/storage.json) are listed.",
+        help="Output folder whose studies are listed: each study.db (and storage.json) in it, at any depth.",
     ),
     csv_path: Path | None = typer.Option(
         None, "--csv", metavar="PATH", help="Also write one CSV row per study."

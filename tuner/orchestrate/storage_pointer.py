@@ -89,9 +89,40 @@ def read_pointer(path: Path) -> RememberedStorage:
     return RememberedStorage(record["study"], record["storage"], record["needs_password"], path)
 
 
-def pointer_paths(output_dir: Path) -> list[Path]:
-    """Every ``<output_dir>/*/storage.json``, sorted."""
-    return sorted(Path(output_dir).glob(f"*/{POINTER_FILE}")) if Path(output_dir).is_dir() else []
+DATABASE_FILE = "study.db"  # a study's default storage, in its folder (``default_storage_url``)
+RUN_STATUS_FILE = "status.json"  # a run folder's: no study folder is found inside one
+
+
+@dataclass(frozen=True)
+class StudyStorageFiles:
+    """The files that say where the studies under an output folder live: each default SQLite
+    storage (``study.db``) and each pointer (``storage.json``), sorted."""
+
+    databases: list[Path]
+    pointers: list[Path]
+
+
+def study_storage_files(output_dir: Path) -> StudyStorageFiles:
+    """Every ``study.db`` and ``storage.json`` under ``output_dir``, at any depth: ``make demo``
+    writes its study to ``runs/demo/digits-mlp/``, one folder deeper than ``runs/<study>/``, and
+    an output folder may hold others' output folders so. A study folder (one holding either
+    file) and a run folder (``status.json``) are not searched further: their subfolders are
+    phases and run folders, which hold no other study; nor are hidden folders (``.workers``)."""
+    import os
+
+    databases: list[Path] = []
+    pointers: list[Path] = []
+    for folder, subfolders, files in os.walk(output_dir):  # symbolic links are not followed
+        found = {DATABASE_FILE, POINTER_FILE} & set(files)
+        if DATABASE_FILE in found:
+            databases.append(Path(folder) / DATABASE_FILE)
+        if POINTER_FILE in found:
+            pointers.append(Path(folder) / POINTER_FILE)
+        if found or RUN_STATUS_FILE in files:
+            subfolders.clear()
+        else:
+            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+    return StudyStorageFiles(sorted(databases), sorted(pointers))
 
 
 def _pointer_in(folder: Path) -> RememberedStorage | None:

@@ -143,7 +143,7 @@ def build_plan(
 ) -> StoredPlan:
     """The plan of a phase that has none yet (or, for ``sweep-lr --extend``, the longer one)."""
     number = round_number(phase)
-    production = production_length(loaded.spec, storage)
+    production = production_length(loaded.spec, storage, loaded.overrides)
     if phase == SWEEP_PHASE:
         from tuner.playbook.sweep_phase import extended_sweep_plan, sweep_plan
 

@@ -6,6 +6,7 @@ Below ``phases.py`` and the plan builders, which all need it (see ``phase_names.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ class ProductionLength:
     """``max_train_steps`` of a full-length run, and where the value comes from."""
 
     steps: int | None
-    source: str  # "the study file", "tuner sweep-lr", or "" when unknown
+    source: str  # "the study file", "--set max_train_steps=N", "tuner sweep-lr"...; "" when unknown
 
     def describe(self) -> str:
         return f"{self.steps} (from {self.source})" if self.steps is not None else "not set"
@@ -96,13 +97,47 @@ def check_schedule_fits(loaded: LoadedStudy) -> None:
             ) from None
 
 
-def production_length(spec: StudySpec, storage: Any) -> ProductionLength:
-    """``training.max_train_steps`` from the file, else sweep-lr's recommendation in the storage."""
-    if spec.training.max_train_steps is not None:
-        return ProductionLength(spec.training.max_train_steps, "the study file")
+MAX_TRAIN_STEPS = ("training", "max_train_steps")
+SWEEP_CAP_SOURCE = "tuner sweep-lr's cap: no LR fit within it"  # tune's fallback length
+
+
+def production_length(
+    spec: StudySpec, storage: Any, overrides: Mapping[tuple[str | int, ...], str] | None = None
+) -> ProductionLength:
+    """``training.max_train_steps`` from the file or a ``--set`` (``overrides``: the loaded
+    study's, by field path), else sweep-lr's recommendation in the storage.
+
+    A ``--set`` value is not the study file's: it is named as given, or, when ``tuner tune``
+    added it (sweep-lr's cap, as no LR fit within it: its ``max_train_steps_fallback`` decision,
+    stored with the study), as sweep-lr's cap."""
+    steps = spec.training.max_train_steps
+    if steps is not None:
+        given = (overrides or {}).get(MAX_TRAIN_STEPS)
+        if given is None:
+            return ProductionLength(steps, "the study file")
+        if tune_fallback(storage, spec.name) == steps:
+            return ProductionLength(steps, SWEEP_CAP_SOURCE)
+        return ProductionLength(steps, f"--set {given}")
     from tuner.playbook.study_results import stored_recommendation
 
     recommended = stored_recommendation(storage, spec.name) if storage is not None else None
     if recommended is not None:
         return ProductionLength(recommended, "tuner sweep-lr")
     return ProductionLength(None, "")
+
+
+def tune_fallback(storage: Any, study: str) -> int | None:
+    """The ``max_train_steps`` ``tuner tune`` gives ``study`` when its sweep fit nothing (the
+    ``max_train_steps_fallback`` decision of the tune log that covers it), None if none."""
+    from tuner.orchestrate import with_retries
+    from tuner.playbook.decision_log import state_for
+
+    if storage is None:
+        return None
+    attrs = {s.study_name: s.user_attrs for s in with_retries(storage.get_all_studies)}
+    state = state_for(study, list(attrs), attrs.get)
+    if state is None:
+        return None
+    fallback = next((d for d in state.decisions if d.kind == "max_train_steps_fallback"), None)
+    steps = fallback.numbers.get("max_train_steps") if fallback is not None else None
+    return int(steps) if isinstance(steps, int) else None

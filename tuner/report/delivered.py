@@ -18,7 +18,9 @@ The rule (``RULE`` below says it in one line):
    can win, and its spread (one seed) says how little is known.
 3. **The delivered model** is the chosen point's seed run with the best objective, at its best
    step: its checkpoint (``<run_dir>/checkpoints/best-stepN.pt``), its reproduce command, its value
-   and step; the point's spread over seeds (mean, min, max, seeds) is the test-free uncertainty.
+   and step, and every validation metric of that eval (``val/*``: an objective of ``val/mse``
+   says nothing of ``val/r2``; read from its run folder's ``metrics.csv``); the point's spread
+   over seeds (mean, min, max, seeds) is the test-free uncertainty.
 
 With no full-length round completed yet, the best point of the latest round that has completed
 trials is shown as a candidate (``delivered: false``), with why it is not the delivered model and
@@ -27,12 +29,15 @@ the round to run; it is never called the study's best.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tuner.playbook.phases import round_number
 from tuner.playbook.ranked_points import RankedPoint, point_key, ranked, seed_of
+from tuner.playbook.verdicts import jsonable
 from tuner.report.best_trial import BestTrial, best_trial
+from tuner.report.run_folders import Unreadable, metrics_at
 from tuner.report.study_data import PhaseData, SlotState, TrialSlot
 
 Split = Literal["validation", "proxy"]
@@ -84,6 +89,46 @@ class SeedSpread:
         }
 
 
+PER_CLASS = re.compile(r"val/class_\d+_")  # a classifier's per-class figures: in the JSON only
+
+
+@dataclass(frozen=True)
+class ValMetrics:
+    """Every validation metric (``val/*``) of the delivered run's best eval, as its run folder's
+    ``metrics.csv`` logged them at its best step; ``unreadable`` says why none could be read (a
+    run folder of another machine, a damaged file)."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    unreadable: Unreadable | None = None
+
+    def shown(self, objective: str) -> list[tuple[str, float]]:
+        """The ones a terminal line and the HTML page show: all but the objective (said beside
+        them) and a classifier's per-class figures (``val/class_3_recall``...: ``--json``)."""
+        return [(k, v) for k, v in self.values.items() if k != objective and not PER_CLASS.match(k)]
+
+    @property
+    def per_class(self) -> bool:
+        """A classifier's per-class figures are among them (left out of ``shown``)."""
+        return any(PER_CLASS.match(key) for key in self.values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "values": jsonable(self.values),  # a NaN (r2 of a constant target) is null
+            "unreadable": self.unreadable.to_json() if self.unreadable is not None else None,
+        }
+
+
+def val_metrics(run: BestTrial) -> ValMetrics | None:
+    """The ``val/*`` metrics of ``run`` at its best step; None for a run that recorded no run
+    folder or best step (nothing to look for)."""
+    if run.run_dir is None or run.best_step is None:
+        return None
+    found = metrics_at(run.run_dir, run.best_step)
+    if isinstance(found, Unreadable):
+        return ValMetrics(unreadable=found)
+    return ValMetrics({key: value for key, value in found.items() if key.startswith("val/")})
+
+
 @dataclass(frozen=True)
 class DeliveredModel:
     """The study's model by the module's rule (``delivered``), or, before a full-length round has
@@ -99,6 +144,8 @@ class DeliveredModel:
     #: a point run once (a study file's round 3 with ``seeds: 1``, say): the same point's spread
     #: over seeds at another length, and that length, when a round measured it there
     at_another_length: tuple[int, SeedSpread] | None = None
+    #: every ``val/*`` of its best eval (None: the run recorded no run folder or best step)
+    val_metrics: ValMetrics | None = None
 
     @property
     def spread_text(self) -> str:
@@ -111,6 +158,25 @@ class DeliveredModel:
         if self.spread.seeds == 1:
             text += f" (rounds.{self.run.phase.replace('-', '')}.seeds: 2 or more measures it)"
         return text
+
+    @property
+    def val_metrics_text(self) -> str | None:
+        """``val/loss = 0.0583, val/mae = 0.1873, val/r2 = 0.9421``: its other validation metrics
+        at its best step (``ValMetrics.shown``), or why they could not be read; None when there
+        is nothing to say."""
+        from tuner.output import shown_path
+        from tuner.report.findings import fmt
+
+        metrics = self.val_metrics
+        if metrics is None:
+            return None
+        if metrics.unreadable is not None:
+            return f"not read: {shown_path(metrics.unreadable.path)}: {metrics.unreadable.problem}"
+        shown = metrics.shown(self.run.metric)
+        text = ", ".join(f"{key} = {fmt(value)}" for key, value in shown)
+        if metrics.per_class:
+            text += (", " if text else "") + "per class in --json"
+        return text or None
 
     @property
     def status(self) -> str:
@@ -133,6 +199,7 @@ class DeliveredModel:
             "seeds_at_another_length": None
             if self.at_another_length is None
             else {"steps": self.at_another_length[0], **self.at_another_length[1].to_json()},
+            "val_metrics": self.val_metrics.to_json() if self.val_metrics is not None else None,
         }
 
 
@@ -166,6 +233,7 @@ def delivered_model(phases: list[PhaseData]) -> DeliveredModel | None:
         next_step=None if full else _next_step(phase, number + 1),
         unfinished=unfinished,
         at_another_length=_at_another_length(chosen, points, home) if spread.seeds == 1 else None,
+        val_metrics=val_metrics(run),
     )
 
 

@@ -21,6 +21,7 @@ from tuner._atomic import write_output_file
 from tuner.errors import UsageError
 from tuner.report.best_trial import BestTrial
 from tuner.report.build import PhaseReport, StudyReport
+from tuner.report.delivered import DeliveredModel
 from tuner.report.findings import Finding, Level, fmt
 from tuner.report.study_data import StudyData
 
@@ -236,7 +237,9 @@ def _delivered(report: StudyReport) -> str:
         return f"<h2>delivered model</h2>{into}<p class='note'>none yet: no round has a completed trial</p>"
     heading = "delivered model" if delivered.delivered else "candidate: not a delivered model yet"
     extra = [("phase", delivered.run.phase)]
-    after = [("seeds", delivered.spread_text)] if delivered.delivered or delivered.spread.seeds > 1 else []
+    after = _val_metric_rows(delivered)
+    if delivered.delivered or delivered.spread.seeds > 1:
+        after.append(("seeds", delivered.spread_text))
     if delivered.split == "proxy":
         after.append(("scored on", "the proxy split, not the validation set"))
     status = "" if delivered.delivered else f"<p class='warning'>{_e(delivered.status)}</p>"
@@ -246,6 +249,20 @@ def _delivered(report: StudyReport) -> str:
         f"<h2>{_e(heading)}</h2>{into}{status}{_run_table(delivered.run, extra, after)}"
         f"<p class='rule'>rule: {_e(RULE)}</p>"
     )
+
+
+def _val_metric_rows(delivered: DeliveredModel) -> list[tuple[str, str]]:
+    """A row for each other validation metric of the delivered run's best eval (``val/r2`` beside
+    an objective of ``val/mse``), or one saying why they could not be read."""
+    metrics = delivered.val_metrics
+    if metrics is None:
+        return []
+    if metrics.unreadable is not None:
+        return [("val metrics", delivered.val_metrics_text or "")]
+    rows = [(key, fmt(value)) for key, value in metrics.shown(delivered.run.metric)]
+    if metrics.per_class:
+        rows.append(("per class", "in tuner report --json (val_metrics)"))
+    return rows
 
 
 def _run_table(

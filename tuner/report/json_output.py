@@ -13,7 +13,10 @@ NaN or infinite become ``null``. Schema::
           "split": "validation" | "proxy", "unfinished": int,   # its phase's trials still to finish
           ...every "best_trial" key below (its best seed run: "checkpoint", "reproduce", ...),
           "seeds": {"mean", "min", "max", "seeds": int, "trials": [int],     # its point's spread;
-                    "runs": [{"phase", "trial"}]}},  # runs: every seed run, pooled across rounds
+                    "runs": [{"phase", "trial"}]},   # runs: every seed run, pooled across rounds
+          "val_metrics": null | {            # its best eval's every val/* (metrics.csv at best_step);
+              "values": {str: float|null},   # null: no run folder or best step recorded
+              "unreadable": null | {"path", "problem"}}},   # why no values could be read
       "phases": [                            # latest first
         {
           "phase": str, "kind": "sweep-lr" | "round" | "other",

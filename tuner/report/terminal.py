@@ -181,11 +181,13 @@ def delivered_lines(delivered: DeliveredModel | None, width: int, *, reproduce: 
     if delivered.split == "proxy":
         text += " (on the proxy split, not the validation set)"
     if delivered.delivered:
-        lines = labelled("delivered", text, width) + labelled("seeds", delivered.spread_text, width)
+        lines = labelled("delivered", text, width) + _val_metrics(delivered, width)
+        lines += labelled("seeds", delivered.spread_text, width)
         if delivered.unfinished:
             lines += labelled("", f"{run.phase} is unfinished: the choice may change", width, "yellow")
     else:
         lines = labelled("candidate", text, width) + labelled("", delivered.status, width, "yellow")
+        lines += _val_metrics(delivered, width)
         if spread.seeds > 1:
             lines += labelled("seeds", delivered.spread_text, width)
     if run.checkpoint is None:
@@ -199,6 +201,18 @@ def delivered_lines(delivered: DeliveredModel | None, width: int, *, reproduce: 
     if reproduce and run.reproduce:  # wrapped at spaces, as the phases' best trials' are
         lines += labelled("reproduce", run.reproduce, width, "dim")
     return lines
+
+
+def _val_metrics(delivered: DeliveredModel, width: int) -> list[Text]:
+    text = delivered.val_metrics_text
+    if text is None:
+        return []
+    return labelled(
+        "val metrics",
+        text,
+        width,
+        "dim" if delivered.val_metrics and delivered.val_metrics.unreadable else "",
+    )
 
 
 def labelled_path(label: str, path: str, note: str, width: int, style: str = "") -> list[Text]:

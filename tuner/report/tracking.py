@@ -9,7 +9,8 @@ command, the code versions the trials ran).
 Rows come from the storage alone, read with the fast reader (``tuner.orchestrate.stored``: plain
 SELECTs, no Optuna trial objects, no intermediate values), one study at a time: a shared storage
 with many studies holds one study's trials in memory at once, and only the rows stay. Run
-folders are only looked at to say whether the best checkpoint is on this machine.
+folders are only looked at to say whether the best checkpoint is on this machine and to read the
+delivered run's validation metrics at its best step (one row of its ``metrics.csv``).
 
 Which model is the study's: the one rule of ``tuner.report.delivered`` (the latest full-length
 round, 2 or later; its point with the best mean over seeds; that point's best seed at its best

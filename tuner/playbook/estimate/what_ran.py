@@ -58,6 +58,13 @@ def _positive(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def _recorded_step(value: Any) -> int | None:
+    """A step a worker recorded (0 included: a trial stopped before its first step trained none)."""
+    return (
+        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+    )
+
+
 def _status_step(trial: Any) -> int | None:
     """The step a trial's run folder says it ended at (its ``status.json``), if it can be read."""
     from tuner.train.run_folder import read_status
@@ -69,15 +76,37 @@ def _status_step(trial: Any) -> int | None:
     return _positive(status.get("step")) if isinstance(status, dict) else None
 
 
-def reached_step(trial: Any, phase_steps: int | None) -> int:
-    """The last step a trial trained to: the step it recorded at its end, else its run folder's
-    status, else its last checkpoint or eval (a trial running now, or one killed mid-run). A
-    completed trial recorded before ``final_step`` was trained its length (``phase_steps``:
-    the phase's)."""
+def folder_owners(trials: list[Any]) -> set[int]:
+    """The numbers of the trials whose run folder's ``status.json`` speaks for them: of the
+    trials started in one folder, the latest that counts (``budget.counted``).
+
+    Why: a retry resumes in its failed attempt's folder and rewrites its ``status.json``; read
+    for the failed attempt, the retry's step would be counted twice (an attempt interrupted at
+    step 0, its retry trained to 200: 400 steps, not 200). A duplicate never owns one."""
+    from optuna.trial import TrialState
+
+    from tuner.orchestrate.budget import counted
+
+    latest: dict[str, int] = {}
+    for trial in counted(trials):
+        run_dir = trial.user_attrs.get("run_dir")
+        if isinstance(run_dir, str) and trial.state != TrialState.WAITING:
+            latest[run_dir] = max(latest.get(run_dir, trial.number), trial.number)
+    return set(latest.values())
+
+
+def reached_step(trial: Any, phase_steps: int | None, *, owns_folder: bool = True) -> int:
+    """The last step a trial trained to: the step it recorded at its end (``final_step``, 0 for
+    one stopped before its first step), else its run folder's status when the folder is still
+    its own (``owns_folder``: no later attempt resumed there, ``folder_owners``), else its last
+    checkpoint or eval (a trial running now, or one killed mid-run). A completed trial recorded
+    before ``final_step`` was trained its length (``phase_steps``: the phase's)."""
     from optuna.trial import TrialState
 
     attrs = trial.user_attrs
-    final = _positive(attrs.get("final_step")) or _status_step(trial)
+    final = _recorded_step(attrs.get("final_step"))
+    if final is None and owns_folder:
+        final = _status_step(trial)
     if final is None and trial.state == TrialState.COMPLETE:  # recorded before final_step was
         final = _positive(attrs.get("max_train_steps")) or phase_steps
     if final is not None:
@@ -86,11 +115,12 @@ def reached_step(trial: Any, phase_steps: int | None) -> int:
     return max([*evals, _positive(attrs.get("last_checkpoint_step")) or 0])
 
 
-def trained_steps(trial: Any, phase_steps: int | None) -> int:
+def trained_steps(trial: Any, phase_steps: int | None, *, owns_folder: bool = True) -> int:
     """Steps this trial itself trained: a retry resumed from its failed attempt's checkpoint
-    (``resumed_from_step``) trained only the steps after it."""
+    (``resumed_from_step``) trained only the steps after it. The failed attempt counts the steps
+    it reached, those after its last checkpoint included: they were trained, though lost."""
     resumed = _positive(trial.user_attrs.get("resumed_from_step")) or 0
-    return max(0, reached_step(trial, phase_steps) - resumed)
+    return max(0, reached_step(trial, phase_steps, owns_folder=owns_folder) - resumed)
 
 
 def trial_seconds(trial: Any) -> float | None:
@@ -123,12 +153,14 @@ def what_ran(stored: StoredPhase | None) -> PhaseRan:
     if stored is None:
         return PhaseRan()
     started = [t for t in stored.trials if t.state != TrialState.WAITING]
+    owners = folder_owners(stored.trials)
     slots: set[int] = set()
     steps = unmeasured = running_left = 0
     measured_s = 0.0
     for trial in started:
         slots.add(int(trial.user_attrs.get("slot", trial.number)))
-        trained = trained_steps(trial, stored.trial_steps)
+        owns_folder = trial.number in owners
+        trained = trained_steps(trial, stored.trial_steps, owns_folder=owns_folder)
         steps += trained
         seconds = trial_seconds(trial) if trial.state.is_finished() else None
         if seconds is None:
@@ -137,7 +169,7 @@ def what_ran(stored: StoredPhase | None) -> PhaseRan:
             measured_s += seconds
         if trial.state == TrialState.RUNNING:
             length = _positive(trial.user_attrs.get("max_train_steps")) or stored.trial_steps or 0
-            running_left += max(0, length - reached_step(trial, stored.trial_steps))
+            running_left += max(0, length - reached_step(trial, stored.trial_steps, owns_folder=owns_folder))
     return PhaseRan(len(started), len(slots), steps, measured_s, unmeasured, _wall_s(started), running_left)
 
 
@@ -150,10 +182,15 @@ def measured_cost(stored: StoredPhase | None) -> StepCost | None:
     if stored is None:
         return None
     seconds, steps, count = 0.0, 0, 0
+    owners = folder_owners(stored.trials)
     for trial in stored.trials:
         if trial.state != TrialState.COMPLETE:
             continue
-        trial_s, trial_steps = trial_seconds(trial), trained_steps(trial, stored.trial_steps)
+        owns_folder = trial.number in owners
+        trial_s, trial_steps = (
+            trial_seconds(trial),
+            trained_steps(trial, stored.trial_steps, owns_folder=owns_folder),
+        )
         if trial_s is None or not trial_steps:
             continue
         seconds, steps, count = seconds + trial_s, steps + trial_steps, count + 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UsageError
 from tuner.playbook.budget import MIN_SEARCH_TRIALS, shape_rounds
@@ -67,18 +67,19 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
         why_not = ", ".join(dict.fromkeys(why for _, why in held))
     elif searches >= switches.max_searches:
         why_not = f"--max-searches {switches.max_searches} reached"
+    compact = compact_changes(suggestions, loaded)
     if why_not:
-        return _not_applied(context, stage_key, listed, why_not)
+        return _not_applied(context, stage_key, listed, compact, why_not)
     written = advice.write_next(phase_dir(context.request.output_dir, context.home.spec.name, "tune"), kept)
     if not written.written:
-        return _not_applied(context, stage_key, listed, written.nothing)
+        return _not_applied(context, stage_key, listed, compact, written.nothing)
     destination = written.path
     following = load_study(destination, base_sets(context, home=False))
     try:
         _check_fits(context, following)
     except UsageError as error:
         destination.unlink(missing_ok=True)
-        return _not_applied(context, stage_key, listed, f"no room for another search: {error}")
+        return _not_applied(context, stage_key, listed, compact, f"no room for another search: {error}")
     text = (
         f"round 1's report suggests {_listed(kept)}: applied in {destination} "
         f"({written.old_name} -> {written.name}), which round 1 searches next"
@@ -112,14 +113,51 @@ def _listed(suggestions: Sequence[SuggestedChange]) -> str:
     )
 
 
-def _not_applied(context: TuneContext, stage_key: str, listed: str, why: str) -> None:
+def compact_changes(suggestions: Sequence[SuggestedChange], loaded: LoadedStudy) -> list[str]:
+    """Each change in a few characters, a range's two ends as one: ``optimizer.lr range
+    1e-4..0.03 -> 3e-4..0.1``, ``max_train_steps 200 -> 400``, ``activation drop 'tanh'``. An end
+    the report leaves is the study file's."""
+    changes: dict[str, str] = {}
+    ends: dict[str, dict[Any, tuple[Any, Any]]] = {}
+    for suggestion in suggestions:
+        path = suggestion.path
+        if path[0] == "search_space" and len(path) == 3 and path[2] in ("low", "high"):
+            ends.setdefault(str(path[1]), {})[path[2]] = (suggestion.old, suggestion.new)
+            changes[f"range {path[1]}"] = ""  # in the order of the suggestions; written below
+        elif suggestion.drop is not None:
+            changes[suggestion.key] = f"{path[1]} drop {suggestion.drop!r}"
+        else:
+            key = suggestion.key.removeprefix("training.")
+            changes[suggestion.key] = f"{key} {_number(suggestion.old)} -> {_number(suggestion.new)}"
+    for name, moved in ends.items():
+        param = loaded.spec.search_space.get(name)
+        old, new = [], []
+        for end in ("low", "high"):
+            kept = getattr(param, end, "?")
+            old.append(_number(moved[end][0] if end in moved else kept))
+            new.append(_number(moved[end][1] if end in moved else kept))
+        changes[f"range {name}"] = f"{name} range {'..'.join(old)} -> {'..'.join(new)}"
+    return list(changes.values())
+
+
+def _number(value: Any) -> str:
+    """``1e-4``, ``0.03``, ``200``: a value as short as it reads."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:.4g}"
+
+
+def _not_applied(context: TuneContext, stage_key: str, listed: str, compact: list[str], why: str) -> None:
     context.decide(
         Decision(
             "suggestions_not_applied",
             stage_key,
             f"round 1's report suggests {listed}; not applied ({why}): the later rounds next",
-            {"why": why},
-            f"round 1's report suggests changes, not applied ({why}): the later rounds next",
+            {"why": why, "suggested": compact},
+            f"round 1's report suggests {'; '.join(compact)}: not applied ({why}); the later rounds next",
         )
     )
     return None
