@@ -7,8 +7,9 @@ words the run would use, before any trial is started. It uses the engine's own p
 workload's build, the batches, the evaluator, the checks of ``workload_errors``), so the two
 cannot drift: what validate passes, the first step passes.
 
-It writes no file and takes no optimizer step; the batch runs on the CPU (validate may run where
-the study's GPUs are not), in rank 0's share of the batch when a trial has several processes.
+It writes no file and takes no optimizer step. The batch runs on the run's GPU where this machine
+has one, else on the CPU (validate may run where the study's GPUs are not), in rank 0's share of
+the batch when a trial has several processes.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def check_first_batch(spec: StudySpec, base_dir: Path) -> FirstBatchReport:
 
 
 def _first_batch(spec: StudySpec, base_dir: Path) -> FirstBatchReport:
-    training, seeds, device = spec.training, trial_seeds(spec), torch.device("cpu")
+    training, seeds = spec.training, trial_seeds(spec)
+    device = torch.device("cuda" if training.device != "cpu" and torch.cuda.is_available() else "cpu")
     workload = build_workload(spec, base_dir, init_seed=seeds.init)
     for split, dataset in (("training", workload.train_data), ("evaluation", workload.eval_data)):
         check_dataset_targets(dataset, workload.num_classes, split, workload.regression)
