@@ -31,6 +31,7 @@ def build_workload(spec: StudySpec, base_dir: Path, init_seed: int) -> Workload:
 
     Every option it is given, and every option the search space sets, must be read by the call
     (``check_options_read``): one it never reads would do nothing, silently.
+
     Side effect: reseeds torch's, numpy's and Python's global RNGs, so the model's initial
     weights depend on ``init_seed`` alone (identical on every DDP rank and every retry).
     """
