@@ -11,7 +11,8 @@ weighs under 1%); the figure is the median of the per-pair ratios, with its 95% 
 interval (see ``_common``). An untimed run of each first checks their per-step losses are
 bit-identical.
 
-Run alone: ``python -m benchmarks.loop_overhead``.
+Run alone: ``python -m benchmarks.loop_overhead``; on a GPU, ``python -m benchmarks.loop_overhead
+--device cuda`` (the same cases, bf16 included; it says so and measures nothing without one).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from tuner.train.events import Callback
 from tuner.train.loggers import CsvLogger
 from tuner.train.loop import Trainer
 from tuner.train.optimizers import build_optimizer
+from tuner.train.precision import Precision
 from tuner.train.progress import ProgressCallback
 from tuner.train.run_parts import cross_entropy_per_item
 from tuner.train.schedules import build_schedule
@@ -68,13 +70,18 @@ class Case:
     build: Callable[[WorkloadContext], Workload]
     steps: int
     target: float
+    #: ``training.precision``: the hand loop runs its forward and loss under the same autocast
+    precision: str = "32-true"
 
 
 # Steps chosen so one run takes ~0.4 s here with one torch thread: many short pairs beat a few
 # long ones on a machine whose speed drifts (see _common).
 CASES = (
-    Case("digits MLP", build_mlp, steps=500, target=1.05),
+    Case("digits MLP", build_mlp, steps=500, target=1.02),
     Case("digits CNN", build_cnn, steps=60, target=1.02),
+    # bf16 autocast: the engine's precision contract against the same autocast written by hand
+    Case("digits MLP bf16", build_mlp, steps=400, target=1.03, precision="bf16-mixed"),
+    Case("digits CNN bf16", build_cnn, steps=40, target=1.03, precision="bf16-mixed"),
 )
 
 
@@ -96,11 +103,16 @@ def build_workload(case: Case) -> Workload:
 
 
 def engine_run(
-    workload: Workload, steps: int, folder: Path, extra: tuple[Callback, ...] = ()
+    workload: Workload,
+    steps: int,
+    folder: Path,
+    extra: tuple[Callback, ...] = (),
+    precision: str = "32-true",
+    device: str = "cpu",
 ) -> tuple[float, torch.nn.Module]:
     """One ``Trainer.fit()`` with the default callbacks; returns (seconds, trained model)."""
     training = TrainingSpec()
-    model = copy.deepcopy(workload.model)
+    model = copy.deepcopy(workload.model).to(device)
     callbacks: list[Callback] = [
         CsvLogger(folder / "metrics.csv", [], training.log_every),
         ProgressCallback(Console(file=io.StringIO()), refresh_every=training.log_every),
@@ -108,7 +120,7 @@ def engine_run(
     ]
     trainer = Trainer(
         model=model,
-        batches=StepBatches(workload.train_data, BATCH_SIZE, DATA_SEED),
+        batches=StepBatches(workload.train_data, BATCH_SIZE, DATA_SEED, device),
         loss_fn=cross_entropy_per_item,
         optimizer=build_optimizer(OptimizerSpec(name="adamw", lr=LR), model.parameters()),
         schedule=build_schedule([ScheduleSegment(shape="constant")], steps),
@@ -117,6 +129,7 @@ def engine_run(
         eval_every=training.eval_every,
         evaluator=None,
         callbacks=callbacks,
+        precision=Precision(precision, torch.device(device).type),
     )
     torch.manual_seed(RUN_SEED)
     elapsed = stopwatch()
@@ -125,10 +138,17 @@ def engine_run(
 
 
 def hand_run(
-    workload: Workload, steps: int, losses: list[float] | None = None
+    workload: Workload,
+    steps: int,
+    losses: list[float] | None = None,
+    precision: str = "32-true",
+    device: str = "cpu",
 ) -> tuple[float, torch.nn.Module]:
-    """The same training written by hand; returns (seconds, trained model)."""
-    model = copy.deepcopy(workload.model)
+    """The same training written by hand (its forward and loss under autocast for a mixed
+    precision, as PyTorch's AMP recipe has it); returns (seconds, trained model)."""
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    model = copy.deepcopy(workload.model).to(device)
+    on_cpu = torch.device(device).type == "cpu"
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     inputs, targets = workload.train_data.tensors  # type: ignore[attr-defined]
     size = len(inputs)
@@ -144,7 +164,13 @@ def hand_run(
             order = torch.randperm(size, generator=generator)
         batch = order[position * BATCH_SIZE : (position + 1) * BATCH_SIZE]
         x, y = inputs[batch], targets[batch]
-        loss = F.cross_entropy(model(x), y, reduction="none").mean()
+        if not on_cpu:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if dtype is None:
+            loss = F.cross_entropy(model(x), y, reduction="none").mean()
+        else:
+            with torch.autocast(torch.device(device).type, dtype=dtype):
+                loss = F.cross_entropy(model(x), y, reduction="none").mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         value = loss.item()
@@ -160,15 +186,18 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     )
 
 
-def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[Result]:
+def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS, device: str = "cpu") -> list[Result]:
     workload = build_workload(case)
-    print(f"\n{case.label}: batch {BATCH_SIZE}, {case.steps} steps, AdamW lr {LR:g}, {repetitions} pairs")
+    print(
+        f"\n{case.label}: batch {BATCH_SIZE}, {case.steps} steps, AdamW lr {LR:g}, {case.precision}, "
+        f"{repetitions} pairs"
+    )
 
     # Untimed: the equality check (it also warms up both paths).
     recorder = _LossRecorder()
-    _, engine_model = engine_run(workload, case.steps, folder, (recorder,))
+    _, engine_model = engine_run(workload, case.steps, folder, (recorder,), case.precision, device)
     hand_losses: list[float] = []
-    _, hand_model = hand_run(workload, case.steps, hand_losses)
+    _, hand_model = hand_run(workload, case.steps, hand_losses, case.precision, device)
     mismatches = sum(a != b for a, b in zip(recorder.losses, hand_losses, strict=True))
     worst = max(abs(a - b) for a, b in zip(recorder.losses, hand_losses, strict=True))
     weights = _same_weights(engine_model, hand_model)
@@ -177,8 +206,10 @@ def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[R
 
     times = interleaved(
         {
-            "engine": lambda: engine_run(workload, case.steps, folder)[0],
-            "hand": lambda: hand_run(workload, case.steps)[0],
+            "engine": lambda: engine_run(
+                workload, case.steps, folder, precision=case.precision, device=device
+            )[0],
+            "hand": lambda: hand_run(workload, case.steps, precision=case.precision, device=device)[0],
         },
         repetitions,
         label=case.label,
@@ -209,18 +240,30 @@ def run_case(case: Case, folder: Path, repetitions: int = REPETITIONS) -> list[R
     ]
 
 
-def run() -> list[Result]:
+def run(device: str = "cpu") -> list[Result]:
+    """Every case on ``device`` (``cuda``: the same comparison on a GPU, where the engine's copy of
+    each batch to the device and the hand loop's are the same ``.to(device)``)."""
     torch.set_num_threads(THREADS)
     results: list[Result] = []
     with one_core() as pinned, tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
-        print(f"== {NAME}: engine vs hand-written loop, torch.set_num_threads({THREADS}), {pinned}")
+        print(
+            f"== {NAME}: engine vs hand-written loop on {device}, torch.set_num_threads({THREADS}), {pinned}"
+        )
         for case in CASES:
-            results += run_case(case, Path(tmp))
+            results += run_case(case, Path(tmp), device=device)
     return results
 
 
 def main() -> None:
-    report(NAME, run())
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: the same cases on a GPU")
+    device = parser.parse_args().device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"{NAME}: --device {device}, but no CUDA device is visible: nothing measured")
+        return
+    report(NAME, run(device))
 
 
 if __name__ == "__main__":

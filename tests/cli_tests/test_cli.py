@@ -72,8 +72,8 @@ def _heavy_modules_after(*args: str) -> str:
     "args",
     [
         ("--help",),
-        ("validate", "studies/digits-mlp.yaml"),
-        ("validate", "studies/char-lm.yaml", "--set", "optimizer.lr=0.01"),
+        ("validate", "studies/digits-mlp.yaml", "--no-build"),
+        ("validate", "studies/char-lm.yaml", "--set", "optimizer.lr=0.01", "--no-build"),
         ("validate", "studies/no-such-study.yaml"),
     ],
     ids=" ".join,

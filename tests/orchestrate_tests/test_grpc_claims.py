@@ -275,7 +275,7 @@ def test_sweep_lr_and_validate_through_the_proxy(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "- max_train_steps = 10: lr 1 fit the training set" in done.stdout, done.stdout
     assert stored_recommendation(open_storage(postgres_url), unique_name) == 10
-    found = run_tuner("validate", str(path), "--storage", proxy_url)
+    found = run_tuner("validate", str(path), "--storage", proxy_url, "--no-build")
     assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout, found.stdout + found.stderr
 
 

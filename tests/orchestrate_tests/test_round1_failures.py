@@ -44,6 +44,27 @@ def test_a_workload_that_fails_before_its_first_step_stops_the_round_at_once_ret
     assert len(waiting) == len(trials) - 1 and all(t.user_attrs["tried_again"] for t in waiting)
 
 
+def test_an_option_the_workload_never_reads_stops_the_round_before_any_step(
+    tmp_path: Path, output_dir: Path
+) -> None:
+    """``fial: raise`` (for ``fail``) would train every trial with the default and say nothing:
+    each trial's build refuses it, and the round stops at once, as for any broken workload."""
+    study = toy_study(tmp_path, options={"fial": "raise"}, round1={"trials": 4})
+    done = run_tuner(
+        "run-round", str(study), "--round", "1", "--workers", "1", "--output-dir", str(output_dir)
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr
+    assert errors[0].startswith(
+        "error: workload option 'fial' was never read by toy_workload.py:build (it read: diverge, fail, "
+        "fail_at_step, fit_at_steps, marker_dir, nan_above_weight, step_sleep_s; did you mean 'fail'?)"
+    )
+    trials = load_phase(sqlite_url(output_dir), "toy").trials
+    assert len(trials) == 1 and trials[0].user_attrs["workload_broken"]
+    assert not list(output_dir.rglob("metrics.csv"))  # not one step trained
+
+
 def test_an_objective_the_workload_never_computes_stops_the_round_at_once(
     tmp_path: Path, output_dir: Path
 ) -> None:

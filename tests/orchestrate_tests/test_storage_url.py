@@ -53,4 +53,4 @@ def test_a_study_name_over_64_characters_is_refused_naming_the_limit(tmp_path: P
     study = toy_study(tmp_path, name="a" * 65)
     assert "at most 64 characters" in _one_line_exit_2(run_tuner("validate", str(study)))
     fits = toy_study(tmp_path / "fits", name="b" * 64)
-    assert run_tuner("validate", str(fits)).returncode == 0
+    assert run_tuner("validate", str(fits), "--no-build").returncode == 0

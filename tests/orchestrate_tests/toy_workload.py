@@ -71,6 +71,7 @@ def build(ctx: WorkloadContext) -> Workload:
     targets = (inputs[:, 0] + inputs[:, 1] > 0).long()
     calls = {"n": 0}
     fail_at = int(options.get("fail_at_step", 1))
+    diverge, nan_above_weight = options.get("diverge"), options.get("nan_above_weight")
     marker = Path(options.get("marker_dir", ".")) / f"crashed-{os.getpid()}"
 
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -78,10 +79,10 @@ def build(ctx: WorkloadContext) -> Workload:
         if not torch.is_grad_enabled():  # evaluation
             return losses
         calls["n"] += 1
-        blown_up = "nan_above_weight" in options and bool(
-            model.linear.weight.abs().max() > float(options["nan_above_weight"])
+        blown_up = nan_above_weight is not None and bool(
+            model.linear.weight.abs().max() > float(nan_above_weight)
         )
-        if options.get("diverge") or blown_up or (fail == "nan" and calls["n"] >= fail_at):
+        if diverge or blown_up or (fail == "nan" and calls["n"] >= fail_at):
             return losses * float("nan")
         if calls["n"] == fail_at:
             if fail == "raise_at_step":

@@ -44,7 +44,7 @@ def test_a_fraction_of_the_length_is_moved_to_the_nearest_eval(
     path = _study(tmp_path, {"length_fraction": fraction}, max_train_steps=max_train_steps, eval_every=50)
     plan = start_round(load_study(path), "round-1", tmp_path / "runs").plan
     assert plan.trial_steps == expected
-    shown = run_tuner("validate", str(path))
+    shown = run_tuner("validate", str(path), "--no-build")
     assert shown.returncode == 0, shown.stderr
     assert f"round 1: 2 trials of {expected} steps" in shown.stdout
     assert "off the eval grid" not in shown.stdout
@@ -53,7 +53,7 @@ def test_a_fraction_of_the_length_is_moved_to_the_nearest_eval(
 def test_steps_given_off_the_grid_are_kept_and_validate_says_so(tmp_path: Path) -> None:
     path = _study(tmp_path, {"steps": 190}, max_train_steps=950, eval_every=50)
     assert start_round(load_study(path), "round-1", tmp_path / "runs").plan.trial_steps == 190
-    shown = run_tuner("validate", str(path))
+    shown = run_tuner("validate", str(path), "--no-build")
     assert shown.returncode == 0, shown.stderr
     assert (
         "note: rounds.round1.steps 190 is off the eval grid (eval_every 50): its trials are last scored "
@@ -61,7 +61,9 @@ def test_steps_given_off_the_grid_are_kept_and_validate_says_so(tmp_path: Path) 
         "would be on it"
     ) in shown.stdout
     on_grid = run_tuner(
-        "validate", str(_study(tmp_path / "on", {"steps": 200}, max_train_steps=950, eval_every=50))
+        "validate",
+        str(_study(tmp_path / "on", {"steps": 200}, max_train_steps=950, eval_every=50)),
+        "--no-build",
     )
     assert "off the eval grid" not in on_grid.stdout
 
@@ -72,7 +74,7 @@ def test_the_full_length_is_never_moved_and_growing_rounds_land_on_the_grid(tmp_
     document["rounds"]["round2"] = {"top_k": 1}
     document["rounds"]["round3"] = {"top_k": 1}
     path.write_text(yaml.safe_dump(document, sort_keys=False))
-    shown = run_tuner("validate", str(path))
+    shown = run_tuner("validate", str(path), "--no-build")
     assert shown.returncode == 0, shown.stderr
     # round 1: 96 -> 100; round 2 grows geometrically towards 955 (309) and lands on 300; round 3
     # is the production length, 955, as the file says
@@ -85,7 +87,7 @@ def test_a_round_shorter_than_one_eval_stays_short_and_validate_says_so(tmp_path
     # half of 10 steps is 5; the next eval, at 10, is the full length: round 1 must stay shorter
     path = _study(tmp_path, {"length_fraction": 0.5}, max_train_steps=10, eval_every=10)
     assert start_round(load_study(path), "round-1", tmp_path / "runs").plan.trial_steps == 5
-    shown = run_tuner("validate", str(path))
+    shown = run_tuner("validate", str(path), "--no-build")
     assert shown.returncode == 0, shown.stderr
     assert (
         "note: round 1's length (5 steps) is off the eval grid (eval_every 10): its trials are last "

@@ -37,7 +37,7 @@ def test_a_total_cap_lowers_every_lrs_cap_and_the_sweep_stays_within_it(tmp_path
 
 def test_validate_shows_the_lowered_cap(tmp_path: Path) -> None:
     path = _study(tmp_path)
-    done = run_tuner("validate", str(path), "--set", "sweep_lr.max_total_steps=90")
+    done = run_tuner("validate", str(path), "--set", "sweep_lr.max_total_steps=90", "--no-build")
     assert done.returncode == 0, done.stderr
     assert "3 LRs (0.01 .. 1), up to 30 steps each" in done.stdout
     assert "each of the 3 grid trials trains at most 30 steps (not 60), 90 in all" in done.stdout

@@ -69,17 +69,19 @@ def test_sweep_finds_the_fewest_steps_to_fit_and_validate_and_later_phases_use_t
 
     # validate reads the stored length from the output folder it is given (not the default `runs`)
     output = str(tmp_path / "runs")
-    found = run_tuner("validate", str(path), "--output-dir", output)
+    found = run_tuner("validate", str(path), "--output-dir", output, "--no-build")
     assert found.returncode == 0, found.stderr
     assert "max_train_steps 10 (from tuner sweep-lr)" in found.stdout
     assert "round 1: 2 trials of 5 steps" in found.stdout
     assert "not set" not in found.stdout and found.stderr == ""
-    by_url = run_tuner("validate", str(path), "--storage", sqlite_url(tmp_path / "runs"))
+    by_url = run_tuner("validate", str(path), "--storage", sqlite_url(tmp_path / "runs"), "--no-build")
     assert "max_train_steps 10 (from tuner sweep-lr)" in by_url.stdout, by_url.stderr
     # without --output-dir: `runs` under the current folder, which holds no storage here
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    default = run([sys.executable, "-m", "tuner", "validate", str(path)], env=tuner_env(), cwd=elsewhere)
+    default = run(
+        [sys.executable, "-m", "tuner", "validate", str(path), "--no-build"], env=tuner_env(), cwd=elsewhere
+    )
     assert default.returncode == 0, default.stderr
     assert "max_train_steps not set" in default.stdout
     assert "note: training.max_train_steps is not set" in default.stdout

@@ -113,6 +113,20 @@ def test_an_exception_in_the_users_build_names_their_line_and_the_error_log(tmp_
     assert read_status(RUN)["status"] == "failed"
 
 
+def test_an_option_the_workload_never_reads_stops_train_before_any_step(tmp_path: Path) -> None:
+    """``fail_froward`` would do nothing (the workload reads ``fail_forward``): refused at the
+    build, and, bad input found before any training, no run folder is left behind."""
+    _study(tmp_path, fail_froward=True)
+    result = _train("study.yaml")
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: workload option 'fail_froward' was never read by my_workload.py:build (it read: bad_label, "
+        "fail_forward, float64_inputs, float_targets, hidden, listed, out, sequential; did you mean "
+        "'fail_forward'?)\n"
+    )
+    assert not Path("runs").exists()
+
+
 def test_an_exception_in_the_users_model_at_the_first_step_names_their_forward(tmp_path: Path) -> None:
     _study(tmp_path, fail_forward=True)
     result = _train("study.yaml")

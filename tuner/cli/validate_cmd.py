@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import typer
+
 from tuner.cli._console import out, plural
 from tuner.cli._errors import guarded
 from tuner.cli._options import output_dir_option, set_option, storage_option, study_argument
@@ -13,6 +15,7 @@ from tuner.errors import TunerError
 if TYPE_CHECKING:
     from tuner.playbook.phases import ProductionLength
     from tuner.spec import StudySpec
+    from tuner.train.first_batch import FirstBatchReport
 
 
 def describe_schedule(spec: StudySpec) -> str:
@@ -139,8 +142,18 @@ def validate(
         "Where the study's storage is (for sweep-lr's stored max_train_steps)."
     ),
     storage: str | None = storage_option("Storage URL (default: $TUNER_STORAGE, the study's, or SQLite)."),
+    no_build: bool = typer.Option(
+        False,
+        "--no-build",
+        help="Check the file alone: do not import the workload, build it and push a batch "
+        "through it (fast: torch is not imported).",
+    ),
 ) -> None:
-    """Check a study file: one precise error (exit 2), or a summary of what would run."""
+    """Check a study file: one precise error (exit 2), or a summary of what would run.
+
+    It builds the workload and pushes one training batch through it (forward and loss, no
+    optimizer step, no file written), so what a run's first step would stop at stops here.
+    """
     from tuner.playbook.phases import check_schedule_fits
     from tuner.spec import load_study
     from tuner.workloads import check_study
@@ -149,11 +162,29 @@ def validate(
     check_study(loaded)
     check_schedule_fits(loaded)
     production = stored_production_length(loaded.spec, storage, output_dir)
+    built = None
+    if not no_build:
+        from tuner.train.first_batch import check_first_batch
+
+        built = check_first_batch(loaded.spec, loaded.base_dir)
     out.print(f"{path}: valid")
     for line in summary_lines(loaded.spec, production):
         out.print(f"  {line}")
+    if built is not None:
+        for line in build_lines(built):
+            out.print(f"  {line}")
     for line in notes(loaded.spec, production):
         out.print(f"note: {line}")
+
+
+def build_lines(built: FirstBatchReport) -> list[str]:
+    """What building the workload and pushing its first batch through showed."""
+    return [
+        f"built        {built.model}, {built.parameters:,} parameters; data: {built.train_examples:,} "
+        f"training, {built.eval_examples:,} evaluation examples",
+        f"first batch  {built.batch_examples:,} examples: loss {built.loss:.4g}, outputs {built.outputs}; "
+        "an evaluation batch of each split scored",
+    ]
 
 
 def stored_production_length(spec: StudySpec, storage: str | None, output_dir: Path) -> ProductionLength:

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import WorkloadError
-from tuner.spec import StudySpec
+from tuner.spec import StudySpec, key_to_path
 from tuner.train.own_metrics import is_stateful
 from tuner.train.rng import seed_torch
 from tuner.workloads import (
     KNOWN_METRICS,
     TASKS,
+    RecordedOptions,
     Workload,
     WorkloadContext,
+    check_options_read,
     import_entry_point,
     parse_entry_point,
     task_metrics,
@@ -29,10 +31,20 @@ from tuner.workloads import (
 
 
 def build_workload(
-    spec: StudySpec, base_dir: Path, init_seed: int, function: Callable[..., Any] | None = None
+    spec: StudySpec,
+    base_dir: Path,
+    init_seed: int,
+    function: Callable[..., Any] | None = None,
+    *,
+    check_options: bool = True,
 ) -> Workload:
     """Import the entry point (or take ``function``, a build function the caller names) and call
     it with every RNG seeded by ``init_seed``.
+
+    Every option it is given, and every option the search space sets, must be read by the call
+    (``check_options_read``): one it never reads would do nothing, silently. ``check_options``
+    False leaves that out, for a model built again to load a checkpoint into (the code that
+    trained it may have read an option today's no longer does).
 
     Side effect: reseeds torch's, numpy's and Python's global RNGs, so the model's initial
     weights depend on ``init_seed`` alone (identical on every DDP rank and every retry).
@@ -44,16 +56,23 @@ def build_workload(
     random.seed(init_seed)
     np.random.seed(init_seed % 2**32)
     seed_torch(init_seed)
-    workload = function(
-        WorkloadContext(options=dict(spec.workload.options), seed=spec.seed, base_dir=base_dir)
-    )
+    options = RecordedOptions(spec.workload.options)
+    workload = function(WorkloadContext(options=options, seed=spec.seed, base_dir=base_dir))
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"workload {spec.workload.name!r} returned {type(workload).__name__}, "
             "expected tuner.workloads.Workload"
         )
     check_task(spec.workload.name, workload)
+    if check_options:
+        check_options_read(spec.workload.name, options, searched_options(spec))
     return workload
+
+
+def searched_options(spec: StudySpec) -> list[str]:
+    """The workload options the search space sets (``workload.dropout`` -> ``dropout``)."""
+    paths = (key_to_path(key) for key in spec.search_space)
+    return [str(path[2]) for path in paths if len(path) == 3 and path[:2] == ("workload", "options")]
 
 
 def check_task(name: str, workload: Workload) -> None:

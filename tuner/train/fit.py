@@ -39,18 +39,7 @@ class FitCriterion(Callback):
         return value >= self.threshold if self.direction == "maximize" else value <= self.threshold
 
     def on_fit_start(self, loop: Any) -> None:
-        known = loop.evaluator.output_names() if loop.evaluator is not None else []
-        if self.metric not in known:
-            hint = (
-                "; a regression fits on train/r2: set sweep_lr.fit_metric: train/r2 and "
-                "sweep_lr.fit_threshold (0.95, say)"
-                if "train/r2" in known
-                else ""
-            )
-            raise WorkloadError(
-                f"fit metric {self.metric!r} is not computed by this workload; "
-                f"it computes: {', '.join(known) or 'nothing (no evaluation)'}{hint}"
-            )
+        check_fit_metric(self.metric, loop.evaluator.output_names() if loop.evaluator is not None else [])
 
     def on_eval_end(self, loop: Any) -> None:
         value = float(loop.last_eval[self.metric])
@@ -73,3 +62,19 @@ class FitCriterion(Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.fit_step, self.best_value = state.get("fit_step"), state.get("best_value")
+
+
+def check_fit_metric(metric: str, computed: list[str]) -> None:
+    """Raise ``WorkloadError`` unless ``metric`` is one of the ``computed`` outputs: at a sweep
+    trial's start, and in ``tuner validate`` (``tuner.train.first_batch``)."""
+    if metric not in computed:
+        hint = (
+            "; a regression fits on train/r2: set sweep_lr.fit_metric: train/r2 and "
+            "sweep_lr.fit_threshold (0.95, say)"
+            if "train/r2" in computed
+            else ""
+        )
+        raise WorkloadError(
+            f"fit metric {metric!r} is not computed by this workload; "
+            f"it computes: {', '.join(computed) or 'nothing (no evaluation)'}{hint}"
+        )

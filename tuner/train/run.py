@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from tuner._atomic import atomic_write_text
 from tuner._streams import PipeSafeConsole
-from tuner.errors import TunerError, UsageError, WorkloadCodeError, WorkloadError
+from tuner.errors import TunerError, UsageError, WorkloadCodeError
 from tuner.output import shown_path
 from tuner.spec import StudySpec
 from tuner.train.build import build_workload
@@ -28,6 +28,7 @@ from tuner.train.checkpoints import LATEST, CheckpointCallback, resume_point
 from tuner.train.data import StepBatches
 from tuner.train.distributed import SINGLE, Ranks
 from tuner.train.events import Callback, StopReason
+from tuner.train.first_batch import check_objective_computed
 from tuner.train.launch import launch
 from tuner.train.loggers import CsvLogger, PredictionsLogger, TensorBoardLogger
 from tuner.train.loop import Trainer, may_contain_padding
@@ -248,11 +249,7 @@ def _run(job: _RunJob, stop_signals: Sequence[int], ranks: Ranks = SINGLE) -> Ru
     # dropout & co. draw from the data seed, not the init seed; each rank its own draws
     seed_torch(run_data_seed if ranks.is_main else derive_seed(run_data_seed, "rank", ranks.rank))
     evaluator = build_evaluator(workload, spec, device, ranks, precision)
-    if spec.objective.metric not in evaluator.output_names():
-        raise WorkloadError(
-            f"objective.metric {spec.objective.metric!r} is not computed by this workload; "
-            f"it computes: {', '.join(evaluator.output_names())}"
-        )
+    check_objective_computed(spec, evaluator)
     # status.json's, so rank 0's alone
     per_class = "per_class" in workload.builtin_metrics and ranks.is_main
     split_classes = split_class_counts(workload, evaluator) if per_class else None

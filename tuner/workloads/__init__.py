@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tuner.workloads._builtins import BUILTINS, regularisation_off
-from tuner.workloads._checks import check_study
+from tuner.workloads._checks import check_study, sweep_reads_fit_metric
 from tuner.workloads._entry_points import (
     PRELOAD_ENV,
     EntryPoint,
@@ -34,6 +34,7 @@ from tuner.workloads._interface import (
     WorkloadContext,
     task_metrics,
 )
+from tuner.workloads._options_read import RecordedOptions, check_options_read
 
 if TYPE_CHECKING:
     from tuner.workloads.ghost_batch_norm import GhostBatchNorm, convert_sync_batch_norm
@@ -63,16 +64,19 @@ __all__ = [
     "EntryPoint",
     "GhostBatchNorm",
     "MetricLike",
+    "RecordedOptions",
     "Step",
     "Task",
     "Workload",
     "WorkloadContext",
+    "check_options_read",
     "check_study",
     "convert_sync_batch_norm",
     "import_entry_point",
     "parse_entry_point",
     "preload_module",
     "regularisation_off",
+    "sweep_reads_fit_metric",
     "task_metrics",
     "workload_code",
 ]

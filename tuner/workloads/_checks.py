@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tuner.errors import WorkloadError
-from tuner.spec import LoadedStudy, key_to_path
+from tuner.spec import LoadedStudy, StudySpec, key_to_path
 from tuner.spec._checks import candidate_values
 from tuner.spec._paths import format_path, set_path
 from tuner.workloads._builtins import BUILTINS
@@ -45,8 +45,9 @@ def _metric_names(loaded: LoadedStudy) -> list[str] | None:
 def _check_metric(loaded: LoadedStudy, path: tuple[str, ...], metric: str) -> None:
     """``objective.metric`` must be one the workload computes.
 
-    A built-in's list is known here. A user workload's list lives in its code: it is checked
-    when the workload is built.
+    A built-in's list is known here. A user workload's list lives in its code, which this check
+    does not import: it is checked when ``validate`` builds it (``tuner.train.first_batch``) and
+    when a run starts; a name tuner does not know needs the file's ``objective.direction``.
     """
     split, _, name = metric.partition("/")
     computed = _metric_names(loaded)
@@ -109,6 +110,13 @@ def _check_options(
         raise loaded.error(here, message, at_key=True) from None
 
 
+def sweep_reads_fit_metric(spec: StudySpec) -> bool:
+    """Whether ``sweep_lr.fit_metric`` is judged: the default (train/accuracy) is a classifier's,
+    so only where a sweep will read it (the study names it, or has no length, so sweep-lr comes
+    first), not for a regression trained at a length of its own."""
+    return "fit_metric" in spec.sweep_lr.model_fields_set or spec.training.max_train_steps is None
+
+
 def check_study(loaded: LoadedStudy) -> None:
     """Raise a located ``SpecError`` for a missing entry point, bad options or search keys."""
     spec = loaded.spec
@@ -119,10 +127,7 @@ def check_study(loaded: LoadedStudy) -> None:
     _check_options(loaded, spec.workload.options)
     _check_text_file(loaded)
     _check_metric(loaded, ("objective", "metric"), spec.objective.metric)
-    if "fit_metric" in spec.sweep_lr.model_fields_set or spec.training.max_train_steps is None:
-        # the default (train/accuracy) is a classifier's: judged only where a sweep will read it
-        # (the study names it, or has no length, so sweep-lr comes first), not for a regression
-        # trained at a length of its own
+    if sweep_reads_fit_metric(spec):
         _check_metric(loaded, ("sweep_lr", "fit_metric"), spec.sweep_lr.fit_metric)
     builtin = BUILTINS.get(spec.workload.name)
     for key, param in spec.search_space.items():
