@@ -21,9 +21,19 @@ from benchmarks._common import REPO_ROOT, Result, interleaved, median, report, s
 
 NAME = "cli_startup"
 REPETITIONS = 5
-TARGET_S = 0.5
+TARGET_S = 0.3
 STUDY = "studies/digits-mlp.yaml"
-HEAVY = ("torch", "optuna", "pandas", "sklearn", "sqlalchemy", "tensorboard")
+HEAVY = (
+    "torch",
+    "optuna",
+    "pandas",
+    "sklearn",
+    "sqlalchemy",
+    "tensorboard",
+    "transformers",
+    "timm",
+    "torchmetrics",
+)
 
 
 def tuner_command() -> list[str]:

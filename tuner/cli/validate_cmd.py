@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -53,9 +53,9 @@ def summary_lines(spec: StudySpec, production: ProductionLength | None = None) -
         f"objective    {spec.objective.direction} {spec.objective.metric}",
         f"training     batch {training.batch_size}, eval batch {training.resolved_eval_batch_size}, "
         f"max_train_steps {max_steps}, eval every {training.eval_every} steps, "
-        f"keep {training.keep_best_checkpoints} best checkpoints",
+        f"keep {training.keep_best_checkpoints} best checkpoints" + _compute_words(training),
         f"optimizer    {training.optimizer.name}, lr {training.optimizer.lr:g}, "
-        f"weight_decay {training.optimizer.weight_decay:g}",
+        f"weight_decay {training.optimizer.weight_decay:g}" + _optimizer_words(training.optimizer),
         f"schedule     {describe_schedule(spec)}",
     ]
     if spec.search_space:
@@ -70,6 +70,31 @@ def summary_lines(spec: StudySpec, production: ProductionLength | None = None) -
         lines.append("search space (empty)")
     lines += procedure_lines(spec, production)
     return lines
+
+
+def _compute_words(training: Any) -> str:
+    """How a step computes, where the file changes it: precision, micro-batches, compile."""
+    words = []
+    if training.precision != "32-true":
+        words.append(f"precision {training.precision}")
+    if training.micro_batch_size is not None:
+        parts = (
+            training.batch_size // training.processes_per_trial // training.nodes // training.micro_batch_size
+        )
+        words.append(f"micro-batches of {training.micro_batch_size} ({parts} a step)")
+    if training.compile:
+        words.append(
+            "torch.compile" + (f" ({training.compile})" if isinstance(training.compile, str) else "")
+        )
+    return "".join(f", {word}" for word in words)
+
+
+def _optimizer_words(optimizer: Any) -> str:
+    """The class's own arguments and the decay exemptions, where the file gives them."""
+    words = [f"{key} {value}" for key, value in optimizer.options.items()]
+    if optimizer.no_weight_decay:
+        words.append(f"no weight decay on {' and '.join(optimizer.no_weight_decay)}")
+    return "".join(f", {word}" for word in words)
 
 
 def procedure_lines(spec: StudySpec, production: ProductionLength) -> list[str]:
