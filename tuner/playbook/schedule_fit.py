@@ -21,6 +21,11 @@ the fixed ones before it, scaled to the run; a warmup longer than the decay afte
 a warmup. Why shrink the fixed segments rather than have the length grow to hold them: sweep-lr
 measured its length at a constant LR with no warmup, where its fastest LR fit the training set
 without diverging, so its answer is the evidence, and the fixed steps were written before it.
+
+The templates keep their warmup in ``steps`` rather than a ``fraction``: a warmup is there for the
+first, unstable updates, whose number does not grow with the run (round 2's extension keeps it
+for the same reason), and the figures the docs show were measured with it. A length too short to
+hold it is this rule's to handle, on the templates and on a user's own schedule alike.
 """
 
 from __future__ import annotations

@@ -106,12 +106,15 @@ def _raised_length(
     from tuner.playbook.tune.full_length import choose_round1
 
     measured = _sweep_cost(context, loaded)
-    steps = choice.stage.steps_per_trial or length
-    if measured is None or not measured[0].outweighs(steps):
+    if measured is None:
         return None
     cost, cap = measured
+    steps = choice.stage.steps_per_trial or length
+    if not cost.outweighs(steps):
+        return None
     every = loaded.spec.training.eval_every
-    candidates = sorted({*range((length // every + 1) * every, cap + 1, every), cap} - set(range(length + 1)))
+    on_grid = range((length // every + 1) * every, cap + 1, every)
+    candidates = sorted(c for c in {*on_grid, cap} if c > length)
     best = None
     for candidate in candidates:
         try:
