@@ -97,6 +97,7 @@ SLOWEST_FILES = (
     "cli_tests/test_tune_next_study.py",  # 36 s
     "orchestrate_tests/test_view_faults.py",  # 33 s
     "cli_tests/test_tune_extra_round.py",  # 32 s
+    "cli_tests/test_tune_own_settings.py",  # 32 s
     "orchestrate_tests/test_reproduce.py",  # 32 s
     "orchestrate_tests/test_protocol.py",  # 28 s
     "report_tests/test_end_to_end.py",  # 28 s

@@ -75,3 +75,22 @@ def dry_run_plan(path: Path, budget: int, output_dir: Path, *flags: str) -> dict
     result = invoke("tune", str(path), *args)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)["plan"]
+
+
+def built_sweep(folder: Path, **training: Any) -> tuple[Any, Any, Any]:
+    """The toy study leaving ``max_train_steps`` to sweep-lr (grid 0.01, 0.1, 1.0; cap 100), with
+    ``training``'s fields set, round 1 of 20 steps and a round 2 of its best point: the study, its
+    sweep-lr phase (created as the command creates it, no trial yet) and that phase's plan."""
+    from tests.report_tests.builders import study
+    from tuner.playbook.plan import load_plan
+
+    built = study(folder, round1={"steps": 20, "trials": 4}, round2={"top_k": 1})
+    document = yaml.safe_load(built.path.read_text())
+    del document["training"]["max_train_steps"]
+    document["training"].update(training)
+    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0], "max_steps": 100}
+    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    sweep = built.start("sweep-lr")
+    plan = load_plan(sweep.user_attrs)
+    assert plan is not None
+    return built, sweep, plan

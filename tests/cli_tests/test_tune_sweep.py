@@ -9,7 +9,14 @@ from typing import Any
 
 import yaml
 
-from tests.cli_tests._tune_support import dry_run_plan, trained_steps, tune_after, tune_args, tune_study
+from tests.cli_tests._tune_support import (
+    built_sweep,
+    dry_run_plan,
+    trained_steps,
+    tune_after,
+    tune_args,
+    tune_study,
+)
 from tests.orchestrate_tests.conftest import run_tuner, sqlite_url
 from tests.spec_tests._support import invoke, single_error
 
@@ -70,17 +77,9 @@ def test_an_unknown_length_runs_the_sweep_first_and_the_rounds_at_its_answer(tmp
 def _swept(tmp_path: Path, fits: dict[float, tuple[int | None, int]]) -> tuple[Any, Any]:
     """A study whose sweep-lr (grid 0.01, 0.1, 1.0; cap 100) is built, not trained: ``fits`` maps
     an LR to its (fit step or None, validation best step); the study and its sweep phase."""
-    from tests.report_tests.builders import add_trial, study
-    from tuner.playbook.plan import load_plan
+    from tests.report_tests.builders import add_trial
 
-    built = study(tmp_path, round1={"steps": 20, "trials": 4}, round2={"top_k": 1})
-    document = yaml.safe_load(built.path.read_text())
-    del document["training"]["max_train_steps"]
-    document["sweep_lr"] = {"grid": [0.01, 0.1, 1.0], "max_steps": 100}
-    built.path.write_text(yaml.safe_dump(document, sort_keys=False))
-    sweep = built.start("sweep-lr")
-    plan = load_plan(sweep.user_attrs)
-    assert plan is not None
+    built, sweep, plan = built_sweep(tmp_path)
     for slot, planned in enumerate(plan.slots):
         fit_step, best_step = fits[planned.values["optimizer.lr"]]
         add_trial(

@@ -48,7 +48,7 @@ def test_a_round_needs_a_search_space_and_a_schedule_that_fits(tmp_path: Path, o
     study = toy_study(
         tmp_path, schedule=[{"shape": "linear", "steps": 50, "start": 0.0, "end": 1.0}, {"shape": "cosine"}]
     )
-    assert "does not fit round-1's trials of 40 steps (set by rounds.round1.steps" in single_error(
+    assert "does not fit round-1's trials of 40 steps (rounds.round1.steps)" in single_error(
         _run_round(study, output_dir)
     )
 

@@ -105,12 +105,14 @@ def add_trial(
     attempt: int = 0,
     run_dir: Path | None = None,
     completed_at: Any = None,
+    wall_s: float | None = None,
     **attrs: Any,
 ) -> int:
     """A finished (or running) trial of ``slot`` as a worker records it; returns its number.
 
     ``max_train_steps`` defaults to the phase's trial length; ``curve`` to one eval per 10
-    steps reaching ``value`` at ``best_step`` and staying there (within 1%).
+    steps reaching ``value`` at ``best_step`` and staying there (within 1%); ``wall_s``: the
+    seconds from its start to its end (the storage's times).
     """
     from optuna.trial import TrialState, create_trial
 
@@ -155,6 +157,11 @@ def add_trial(
     )
     if completed_at is not None:  # as the worker's own clock stamped it
         trial.datetime_start = trial.datetime_complete = completed_at
+    if wall_s is not None:
+        import datetime
+
+        assert trial.datetime_complete is not None
+        trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=wall_s)
     phase.add_trial(trial)
     return phase.get_trials(deepcopy=False)[-1].number
 

@@ -115,7 +115,7 @@ def test_a_full_length_round_suggests_an_eval_every_its_shorter_round_1_can_use(
 def test_suggested_eval_every_is_the_largest_readable_one_with_enough_evals(
     steps: int, expected: int | None
 ) -> None:
-    from tuner.report.eval_grid import eval_counts, suggested_eval_every
+    from tuner.playbook.eval_grid import eval_counts, suggested_eval_every
 
     assert suggested_eval_every(steps) == expected
     if expected is None:  # too short for 4 evals at any eval_every

@@ -26,9 +26,15 @@ def round1_plan(loaded: LoadedStudy, production: ProductionLength) -> StoredPlan
     try:
         schedule = resolve_schedule(spec, steps)
     except ValueError as error:
+        if round_spec.steps is not None:
+            source = "rounds.round1.steps"
+        else:
+            fraction = round_spec.length_fraction if round_spec.length_fraction is not None else 1.0
+            source = f"rounds.round1.length_fraction {fraction:g} of max_train_steps {production.steps}"
+            source += f", from {production.source}" if production.source else ""
         raise UsageError(
-            f"training.schedule does not fit round-1's trials of {steps} steps "
-            f"(set by rounds.round1.steps or length_fraction): {error}"
+            f"training.schedule does not fit round-1's trials of {steps} steps ({source}): {error} "
+            "(a segment's `fraction` of the run, instead of `steps`, scales with every length)"
         ) from None
     overrides = {"proxy_fraction": round_spec.proxy_fraction} if round_spec.proxy_fraction else {}
     notes = []

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.playbook.curve_trend import CurveTrend, late_trend, rise_after_best
+from tuner.playbook.eval_grid import EARLY, LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts
 from tuner.report.after_best import RISE, AfterBest, error_of, worsening_top, worsens_verdict
 from tuner.report.best_step_resolution import coarse_finding, unresolved
-from tuner.report.eval_grid import EARLY, LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
 from tuner.report.length_cut import production_of, round_up, shorten

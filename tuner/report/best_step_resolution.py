@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tuner.report.eval_grid import (
+from tuner.playbook.eval_grid import (
     EARLY,
     LATE,
     MIN_EVALS,

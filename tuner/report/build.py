@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.playbook.decision_log import TuneState
+from tuner.playbook.eval_grid import LATE
 from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.delivered import DeliveredModel, delivered_model
-from tuner.report.eval_grid import LATE
 from tuner.report.field_values import field_checker
 from tuner.report.findings import Finding, Level, Suggestion
 from tuner.report.health import HealthResult, diagnose_health

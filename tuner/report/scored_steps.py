@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tuner.report.eval_grid import eval_steps
+from tuner.playbook.eval_grid import eval_steps
 from tuner.report.findings import Finding, Level
 from tuner.report.study_data import PhaseData
 

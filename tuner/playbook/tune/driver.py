@@ -1,4 +1,5 @@
-"""The ``tuner tune`` loop: sweep-lr when ``max_train_steps`` is unknown, round 1, the report (its
+"""The ``tuner tune`` loop: sweep-lr when ``max_train_steps`` is unknown (then the trial length, the
+schedule and ``eval_every`` fitted to its answer: ``own_settings``), round 1, the report (its
 suggestions applied to a next study file, whose round 1 then runs), the later rounds, the model.
 
 Each phase is decided once (``tuner.playbook.tune_plan``: the budget rule), stored as a stage with
@@ -244,6 +245,7 @@ def _completed(context: TuneContext, loaded: LoadedStudy, phase: str) -> int:
 def drive(context: TuneContext) -> LoadedStudy:
     """Run every phase to the delivered model; returns the study that delivers it."""
     from tuner.playbook.tune.extra import after_last_round
+    from tuner.playbook.tune.own_settings import settle_own_settings
     from tuner.playbook.tune.suggestions import next_study
 
     if not context.state.decisions:
@@ -287,6 +289,7 @@ def drive(context: TuneContext) -> LoadedStudy:
                 length = sweep(context, loaded)
                 loaded = current_study(context)
             note_best_before_fit(context, loaded, length)
+            loaded, length = settle_own_settings(context, loaded, length)
             loaded = round1(context, loaded, length)
             following = next_study(context, loaded)
             if following is None:

@@ -16,14 +16,14 @@ says so, and the mode is fixed once round 1 is decided: its stage carries the ``
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 from tuner.errors import UsageError
 from tuner.playbook.decision_log import Decision, Stage
 from tuner.playbook.phase_names import round_phase
 from tuner.playbook.tune.context import TuneContext
 from tuner.playbook.tune.studies import sets_for
-from tuner.playbook.tune_plan import FULL_LENGTH_ROUND1, round1_decision
+from tuner.playbook.tune_plan import FULL_LENGTH_ROUND1, Switches, round1_decision
 from tuner.spec import LoadedStudy
 
 
@@ -49,6 +49,44 @@ def settle_resumed(context: TuneContext) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Round1Choice:
+    """Round 1 as the rule would decide it, before anything is changed: its stage and decision,
+    the study as it runs (with the full-length ``--set`` values when ``full_length``), and, when
+    round 1 was to train at full length but the budget cannot hold it, the budget's reason
+    (``why_short``: round 1 keeps the study file's length)."""
+
+    stage: Stage
+    decision: Decision
+    loaded: LoadedStudy
+    full_length: bool
+    why_short: str | None = None
+
+
+def choose_round1(
+    context: TuneContext, loaded: LoadedStudy, length: int, searches: int, left: int
+) -> Round1Choice:
+    """Round 1 at production ``length`` by the rule (module docstring), changing nothing: what
+    ``decide_round1`` takes, and what ``tune`` asks ahead when it weighs a length (``own_settings``).
+    Raises what the budget rule raises when not even the file's length fits."""
+    from tuner.spec import load_study
+
+    switches = context.request.switches
+    why = None
+    if switches.full_length_round1 and loaded.spec.name == context.home.spec.name:
+        sets = [*FULL_LENGTH_ROUND1, *sets_for(context, loaded)]
+        full = load_study(loaded.path, sets)
+        try:
+            stage, decision = _decide(context, full, length, sets, searches, left, switches)
+        except UsageError as error:
+            why = str(error)
+        else:
+            return Round1Choice(stage, decision, full, True)
+        switches = replace(switches, full_length_round1=False)  # as _keep_file_length will make them
+    stage, decision = _decide(context, loaded, length, sets_for(context, loaded), searches, left, switches)
+    return Round1Choice(stage, decision, loaded, False, why)
+
+
 def decide_round1(
     context: TuneContext, loaded: LoadedStudy, length: int, searches: int, left: int
 ) -> tuple[Stage, Decision, LoadedStudy, Decision | None]:
@@ -58,36 +96,34 @@ def decide_round1(
     budget rule raises when not even the file's length fits."""
     from tuner.spec import load_study
 
-    switches = context.request.switches
-    if switches.full_length_round1 and loaded.spec.name == context.home.spec.name:
-        sets = [*FULL_LENGTH_ROUND1, *sets_for(context, loaded)]
-        full = load_study(loaded.path, sets)
-        try:
-            stage, decision = _decide(context, full, length, sets, searches, left)
-        except UsageError as error:
-            _keep_file_length(context)
-            why = str(error)
-        else:
-            context.request.sets = [*FULL_LENGTH_ROUND1, *context.request.sets]
-            context.home = load_study(context.request.path, context.request.sets)
-            return stage, decision, full, None
-        stage, decision = _decide(context, loaded, length, sets_for(context, loaded), searches, left)
-        text = (
-            f"round 1 at the study file's length, not at full length: the budget "
-            f"{why.removeprefix('the budget ').removesuffix('; raise --budget')} "
-            "(short trials rank more points within it)"
-        )
-        note = Decision("round1_short", stage.key, text, {"why": why}, "round 1 at the study file's length: "
-                        "the budget cannot hold it at full length")  # fmt: skip
-        return stage, decision, loaded, note
-    stage, decision = _decide(context, loaded, length, sets_for(context, loaded), searches, left)
-    return stage, decision, loaded, None
+    choice = choose_round1(context, loaded, length, searches, left)
+    if choice.full_length:
+        context.request.sets = [*FULL_LENGTH_ROUND1, *context.request.sets]
+        context.home = load_study(context.request.path, context.request.sets)
+        return choice.stage, choice.decision, choice.loaded, None
+    if choice.why_short is None:
+        return choice.stage, choice.decision, choice.loaded, None
+    _keep_file_length(context)
+    why = choice.why_short
+    text = (
+        f"round 1 at the study file's length, not at full length: the budget "
+        f"{why.removeprefix('the budget ').removesuffix('; raise --budget')} "
+        "(short trials rank more points within it)"
+    )
+    short = "round 1 at the study file's length: the budget cannot hold it at full length"
+    note = Decision("round1_short", choice.stage.key, text, {"why": why}, short)
+    return choice.stage, choice.decision, choice.loaded, note
 
 
 def _decide(
-    context: TuneContext, loaded: LoadedStudy, length: int, sets: list[str], searches: int, left: int
+    context: TuneContext,
+    loaded: LoadedStudy,
+    length: int,
+    sets: list[str],
+    searches: int,
+    left: int,
+    switches: Switches,
 ) -> tuple[Stage, Decision]:
-    switches = context.request.switches
     return round1_decision(
         loaded,
         length,

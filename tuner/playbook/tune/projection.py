@@ -66,6 +66,14 @@ def project(context: TuneContext) -> TunePlan:
     round1_trials = None
     if context.state.stage(name, round_phase(1)) is None:
         from tuner.playbook.tune.full_length import decide_round1
+        from tuner.playbook.tune.own_settings import own_decisions
+        from tuner.spec import load_study
+
+        own, length = own_decisions(context, loaded, length)
+        if own:  # said as notes, and taken in memory only (a projection stores nothing)
+            context.state.decisions += own
+            loaded = load_study(loaded.path, sets_for(context, loaded))
+            plan.notes += [d.line for d in own]
 
         searches = 1 + sum(1 for s in context.state.stages if s.phase == round_phase(1))
         stage, decision, loaded, note = decide_round1(context, loaded, length, searches, left)

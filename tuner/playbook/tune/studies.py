@@ -11,7 +11,8 @@ from tuner.spec import LoadedStudy
 
 
 def base_sets(context: TuneContext, *, home: bool = True) -> list[str]:
-    """The user's ``--set`` values, and ``max_train_steps`` when the sweep found none (its cap).
+    """The user's ``--set`` values, ``max_train_steps`` when the sweep found none (its cap), and
+    the values ``tune`` set itself before round 1 (``own_settings``).
 
     A ``name=`` value (the user's, or ``--search-seed``'s) names the study ``tune`` started on
     only (``home``): a next study ``tune`` wrote carries its own name in its file, which the
@@ -20,7 +21,9 @@ def base_sets(context: TuneContext, *, home: bool = True) -> list[str]:
     fallback = next((d for d in context.state.decisions if d.kind == "max_train_steps_fallback"), None)
     if fallback is not None:
         sets.append(f"max_train_steps={fallback.numbers['max_train_steps']}")
-    return sets
+    from tuner.playbook.tune.own_sets import own_sets
+
+    return [*sets, *own_sets(context, home=home)]
 
 
 def _sets_name(item: str) -> bool:

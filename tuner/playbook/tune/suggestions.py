@@ -87,7 +87,12 @@ def next_study(context: TuneContext, loaded: LoadedStudy) -> LoadedStudy | None:
     if held:
         left_out = ", ".join(dict.fromkeys(why for _, why in held))
         text += f"; it also suggests {_listed([s for s, _ in held])}: not applied ({left_out})"
-    numbers = {"file": str(destination), "study": written.name, "changes": written.changes}
+    numbers = {
+        "file": str(destination),
+        "study": written.name,
+        "changes": written.changes,
+        "paths": [list(s.path) for s in kept],  # what tune's own --set values leave to the file
+    }
     if held:
         numbers["not_applied"] = [{"key": s.key, "why": why} for s, why in held]
     short = f"round 1's report suggests new {_changed(kept)}: searching {written.name} next"

@@ -4,6 +4,10 @@ A trial's best step is only known on the eval grid, so a best-step position verd
 ``MIN_EVALS`` evals in a run and ``MIN_LATE_EVALS`` in its last 25% (``LATE``) before it can say
 "still improving". One ``eval_every`` serves every round of a study, short and long: the one to
 suggest must resolve the shortest round, and no more, since every eval is a pass over the eval set.
+
+In the playbook because both sides of a round use it: ``tuner tune`` chooses the rounds'
+``eval_every`` by it before they run (``tune/own_settings.py``), and the report (above the
+playbook) judges their best steps and suggests an ``eval_every`` by the same numbers.
 """
 
 from __future__ import annotations
