@@ -27,24 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import TrainingError, TunerError, UsageError
+from tuner.report.delivered import SeedSpread
 
 __all__ = ["SeedSpread", "TunedModel", "get_report", "load_model", "tune"]
 
 
 @dataclass(frozen=True)
-class SeedSpread:
-    """The delivered point's objective over the seeds it was trained on."""
-
-    mean: float
-    low: float
-    high: float
-    seeds: int
-
-
-@dataclass(frozen=True)
 class TunedModel:
-    """What ``tune`` delivers: the checkpoint, its objective value and step, the hyperparameters
-    (the study's fixed ones with the searched values), and the spread over seeds."""
+    """What ``tune`` delivers: the checkpoint, its objective value and step, the searched
+    hyperparameters' values, and the spread over seeds (the report's ``SeedSpread``: ``mean``,
+    ``low``, ``high``, ``seeds``, and the seed runs' ``trials``)."""
 
     study: str
     checkpoint: Path
@@ -125,7 +117,7 @@ def tune(
     if model is None or not model.delivered:
         why = "no round has a completed trial" if model is None else model.why_not
         raise TrainingError(f"tune delivered no model: {why}")
-    return _tuned_model(model.to_json(), output, path, workload)
+    return _tuned_model(model, path, workload)
 
 
 def get_report(
@@ -250,28 +242,23 @@ def _by_value(function: Callable[..., Any], folder: Path) -> str:
     return f"{(folder / 'workload.py').resolve()}:build"
 
 
-def _tuned_model(
-    found: dict[str, Any], output: Path, path: Path, workload: Callable[..., Any] | None
-) -> TunedModel:
-    checkpoint = found.get("checkpoint")
-    if not checkpoint:
-        raise TrainingError(
-            f"tune delivered {found['phase']} trial {found['trial']}, whose checkpoint is not here"
-        )
-    seeds = found["seeds"]
-    value = float(found["value"]) if found.get("value") is not None else math.nan
+def _tuned_model(delivered: Any, path: Path, workload: Callable[..., Any] | None) -> TunedModel:
+    """The report's ``DeliveredModel`` as ``tune`` returns it."""
+    run = delivered.run
+    if not run.checkpoint:
+        raise TrainingError(f"tune delivered {run.phase} trial {run.trial}, whose checkpoint is not here")
     return TunedModel(
         study=path.stem if path.name != "study.yaml" else path.parent.name,
-        checkpoint=Path(checkpoint),
-        metric=found["metric"],
-        direction=found["direction"],
-        value=value,
-        step=int(found["best_step"]),
-        params=dict(found.get("params") or {}),
-        seeds=SeedSpread(seeds["mean"], seeds["min"], seeds["max"], seeds["seeds"]),
-        phase=found["phase"],
-        trial=int(found["trial"]),
-        reproduce=found.get("reproduce") or "",
+        checkpoint=Path(run.checkpoint),
+        metric=run.metric,
+        direction=run.direction,
+        value=float(run.value) if run.value is not None else math.nan,
+        step=int(run.best_step),
+        params=dict(run.params or {}),
+        seeds=delivered.spread,
+        phase=run.phase,
+        trial=int(run.trial),
+        reproduce=run.reproduce or "",
         workload=workload,
     )
 

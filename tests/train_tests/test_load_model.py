@@ -103,7 +103,9 @@ def test_loading_a_received_run_folder_runs_none_of_its_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint, marker = _received(tmp_path, monkeypatch)
-    with pytest.raises(UsageError, match=r"names the workload .*evil\.py:build, code that loading would run: "):
+    with pytest.raises(
+        UsageError, match=r"names the workload .*evil\.py:build, code that loading would run: "
+    ):
         load_model(checkpoint)
     assert not marker.exists()
     from tests.orchestrate_tests.toy_workload import _Toy

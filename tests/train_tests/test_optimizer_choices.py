@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -92,26 +93,32 @@ def test_no_weight_decay_exempts_biases_and_normalisation_weights() -> None:
     assert sorted(names[id(p)] for p in decayed["params"]) == ["embed.weight", "head.weight", "mix.weight"]
 
 
-def test_workload_groups_train_at_their_lr_scale(tmp_path: Path) -> None:
-    """The backbone at a tenth of the head's rate, both under the schedule."""
+def _grouped(tmp_path: Path, groups: str, **training: Any) -> Any:
+    """``tuner train`` on the two-input workload with ``param_groups = lambda m: <groups>``."""
     shutil.copy(HERE / "contract_workloads.py", tmp_path / "contract_workloads.py")
     (tmp_path / "grouped.py").write_text(
         "from contract_workloads import two_inputs\n\n"
         "def build(ctx):\n"
         "    workload = two_inputs(ctx)\n"
-        "    workload.param_groups = lambda m: [\n"
-        "        {'params': [*m.left.parameters(), *m.right.parameters()], 'lr_scale': 0.1},\n"
-        "        {'params': m.head.parameters()},\n"
-        "    ]\n"
+        f"    workload.param_groups = lambda m: {groups}\n"
         "    return workload\n"
     )
-    study = yaml.safe_load(write_study(tmp_path, max_train_steps=6, eval_every=3).read_text())
+    study = yaml.safe_load(write_study(tmp_path, max_train_steps=12, eval_every=6).read_text())
     study["workload"] = {"name": "grouped.py:build"}
-    study["training"]["schedule"] = [{"shape": "constant", "start": 0.5}]
+    study["training"].update(training)
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
-    result = invoke(
+    return invoke(
         "train", str(tmp_path / "study.yaml"), "--output-dir", str(tmp_path / "runs"), "--no-progress"
     )
+
+
+def test_workload_groups_train_at_their_lr_scale(tmp_path: Path) -> None:
+    """The backbone at a tenth of the head's rate, both under the schedule."""
+    backbone_and_head = (
+        "[{'params': [*m.left.parameters(), *m.right.parameters()], 'lr_scale': 0.1}, "
+        "{'params': m.head.parameters()}]"
+    )
+    result = _grouped(tmp_path, backbone_and_head, schedule=[{"shape": "constant", "start": 0.5}])
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "runs" / "engine-test" / "train").iterdir()
     backbone, head = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["optimizer"]["param_groups"]
@@ -120,21 +127,7 @@ def test_workload_groups_train_at_their_lr_scale(tmp_path: Path) -> None:
 
 
 def test_workload_groups_that_leave_a_parameter_out_are_named(tmp_path: Path) -> None:
-    shutil.copy(HERE / "contract_workloads.py", tmp_path / "contract_workloads.py")
-    (tmp_path / "grouped.py").write_text(
-        "from contract_workloads import two_inputs\n\n"
-        "def build(ctx):\n"
-        "    workload = two_inputs(ctx)\n"
-        "    workload.param_groups = lambda m: [{'params': m.head.parameters()}]\n"
-        "    return workload\n"
-    )
-    study = yaml.safe_load(write_study(tmp_path, max_train_steps=12, eval_every=6).read_text())
-    study["workload"] = {"name": "grouped.py:build"}
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
-    result = invoke(
-        "train", str(tmp_path / "study.yaml"), "--output-dir", str(tmp_path / "runs"), "--no-progress"
-    )
-    message = single_error(result)
+    message = single_error(_grouped(tmp_path, "[{'params': m.head.parameters()}]"))
     assert (
         "param_groups leave out 4 trainable parameter(s) (e.g. left.weight, left.bias, right.weight)"
         in message
