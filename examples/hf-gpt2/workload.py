@@ -30,7 +30,9 @@ class CharWindows(Dataset):
         window = self.ids[self.starts[index] : self.starts[index] + self.block_size]
         pad = self.block_size - len(window)
         input_ids = torch.cat([window, torch.zeros(pad, dtype=torch.long)])
-        attention_mask = torch.cat([torch.ones(len(window), dtype=torch.long), torch.zeros(pad, dtype=torch.long)])
+        attention_mask = torch.cat(
+            [torch.ones(len(window), dtype=torch.long), torch.zeros(pad, dtype=torch.long)]
+        )
         labels = torch.cat([window, torch.full((pad,), IGNORE_INDEX, dtype=torch.long)])
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
@@ -51,9 +53,15 @@ def build(ctx: WorkloadContext) -> Workload:
         resid_pdrop=dropout,
         embd_pdrop=dropout,
         attn_pdrop=dropout,
+        bos_token_id=None,  # the corpus has no start or end token (GPT-2's 50256 is past its vocabulary)
+        eos_token_id=None,
     )
+    model = GPT2LMHeadModel(config)
+    # transformers picks a model's loss by its class name, and "GPT2LMHeadModel" names none (it
+    # would warn once and fall back to this one): say it
+    model.loss_type = "ForCausalLM"
     return Workload(
-        model=GPT2LMHeadModel(config),
+        model=model,
         train_data=CharWindows(ids[:cut], block_size),
         eval_data=CharWindows(ids[cut:], block_size),
         num_classes=len(vocab),

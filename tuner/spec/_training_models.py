@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from tuner.spec._base import Fraction, NonNegativeInt, PositiveFloat, PositiveInt, _Model
 
@@ -87,6 +87,17 @@ class OptimizerSpec(_Model):
                     f"it in options, by the class's own argument name"
                 )
         return self
+
+    @model_serializer(mode="wrap")
+    def _only_fields_it_reads(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A class's dump leaves out the short names' fields (their defaults, unread): a saved
+        study (a run's ``config.yaml``, a round's stored plan) is validated again when read, and
+        would otherwise hold ``momentum`` for ``RMSprop``, which the check above refuses."""
+        data = handler(self)
+        if not self.short_name:
+            for field in _SHORT_NAME_FIELDS:
+                data.pop(field, None)
+        return data
 
     @property
     def short_name(self) -> bool:
