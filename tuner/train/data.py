@@ -66,6 +66,12 @@ class StepBatches:
         self.data_workers, self.prefetch_batches = data_workers, prefetch_batches
         self.indexed_at_once = isinstance(dataset, TensorDataset) and collate is None
         self.uses_workers = data_workers > 0 and not self.indexed_at_once
+        # the plain path's tensors (inputs, targets): ``get`` is then two gathers, as a hand loop's
+        self._pair = (
+            dataset.tensors[:2]  # type: ignore[attr-defined]
+            if self.indexed_at_once and self.device.type == "cpu" and not ranks.distributed
+            else None
+        )
         self._stream: WorkerStream | None = None  # started by the first get(): at the run's start step
         self._threads_before: int | None = None  # torch's intra-op threads before the workers started
         self._epoch = -1
@@ -89,6 +95,9 @@ class StepBatches:
     def get(self, step: int) -> tuple[Any, Any]:
         """Batch ``step`` as ``(inputs, targets)`` on the device (``tuner.train.batch_structure``:
         inputs a tensor, a tuple or a dict; a dict item's targets its ``labels``)."""
+        if self._pair is not None:  # a TensorDataset on the CPU, one process: two gathers, no calls
+            indices = self.indices(step)
+            return self._pair[0][indices], self._pair[1][indices]
         if self.uses_workers:
             if self._stream is None:
                 self._start_workers()

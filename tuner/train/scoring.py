@@ -125,15 +125,35 @@ class Scorer:
         self.step, self.check_shapes = step, check_shapes
         #: whether the first batch was checked against the contract (``validate`` checks one too)
         self.checked = num_classes is None
+        #: the plain path is known: a tensor in, a tensor of logits out, the engine's loss (set by
+        #: the first batch, whose checks this skips thereafter: their cost is a step's, each step)
+        self._tensor_logits = self._path_known = False
 
     def __call__(self, model: torch.nn.Module, inputs: Any, targets: Any) -> Scored:
+        if self._tensor_logits:  # the plain path, once its first batch was checked: no detour
+            try:
+                logits = model(inputs)
+            except Exception as error:
+                blamed = blame_model(error, model)
+                if blamed is None:
+                    raise
+                raise blamed from error
+            if type(logits) is torch.Tensor:
+                item_losses = self.loss_fn(logits, targets)
+                loss = masked_mean_loss(item_losses, targets) if self.may_pad else item_losses.mean()
+                return Scored(loss, logits, targets, item_losses)
+            self._tensor_logits = False  # a model whose output changes type: the general path
+            return self._general(model, inputs, targets, output=logits)
+        return self._general(model, inputs, targets)
+
+    def _general(self, model: torch.nn.Module, inputs: Any, targets: Any, **given: Any) -> Scored:
         if not self.checked:  # the first batch: what the model is given must fit it
             check_movable(inputs)
             check_inputs(inputs, model)
         if self.step is not None:
             return self._own_step(model, inputs, targets)
         try:
-            output = call_model(model, inputs)
+            output = given["output"] if "output" in given else call_model(model, inputs)
         except Exception as error:
             blamed = blame_model(error, model)
             if blamed is None:
@@ -161,6 +181,14 @@ class Scorer:
         if not self.checked:
             check_item_losses(item_losses, targets)
             self.checked = True
+        if not self._path_known:
+            # a tensor in, logits out, the engine's loss: later batches take ``__call__``'s short way
+            self._path_known = True
+            self._tensor_logits = (
+                type(inputs) is torch.Tensor
+                and type(output) is torch.Tensor
+                and not (self.regression or self.shift_labels or self.check_shapes)
+            )
         loss = masked_mean_loss(item_losses, targets) if self.may_pad else item_losses.mean()
         return Scored(loss, logits, targets, item_losses)
 
