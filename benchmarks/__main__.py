@@ -17,6 +17,7 @@ from benchmarks import (
     cli_startup,
     fleet,
     ghost_batch_norm,
+    hf_step_time,
     input_pipeline,
     loop_overhead,
     multi_process,
@@ -31,6 +32,7 @@ from benchmarks._common import Result, load, print_table, stopwatch
 
 BENCHMARKS = (
     loop_overhead,
+    hf_step_time,  # GPT-2 (transformers): tuner's step against a hand loop and HF's Trainer
     checkpoint_cost,
     input_pipeline,
     cli_startup,
