@@ -37,6 +37,7 @@ from tuner.train.workload_errors import (
 from tuner.workloads import IGNORE_INDEX, Step
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_NOT_CALLED = object()  # ``Scorer._general``: the model has not run on the batch yet
 
 
 @dataclass
@@ -146,14 +147,19 @@ class Scorer:
             return self._general(model, inputs, targets, output=logits)
         return self._general(model, inputs, targets)
 
-    def _general(self, model: torch.nn.Module, inputs: Any, targets: Any, **given: Any) -> Scored:
+    def _general(
+        self, model: torch.nn.Module, inputs: Any, targets: Any, output: Any = _NOT_CALLED
+    ) -> Scored:
+        """Every way a batch is scored, and the first batch's checks; ``output``: the model's, when
+        ``__call__`` ran it already."""
         if not self.checked:  # the first batch: what the model is given must fit it
             check_movable(inputs)
             check_inputs(inputs, model)
         if self.step is not None:
             return self._own_step(model, inputs, targets)
         try:
-            output = given["output"] if "output" in given else call_model(model, inputs)
+            if output is _NOT_CALLED:
+                output = call_model(model, inputs)
         except Exception as error:
             blamed = blame_model(error, model)
             if blamed is None:
