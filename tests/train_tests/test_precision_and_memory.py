@@ -151,3 +151,21 @@ def test_an_unknown_compile_backend_is_one_line(make_study, tmp_path: Path) -> N
     path = write_study(tmp_path, compile="no_such_backend")
     result = invoke("train", str(path), "--output-dir", str(tmp_path / "runs"), "--no-progress")
     assert "training.compile: no torch.compile backend 'no_such_backend'" in single_error(result)
+
+
+def test_micro_batches_across_two_processes_give_the_update_of_one_pass(tmp_path: Path) -> None:
+    """Each rank's share of 16 in two micro-batches of 8; only the last synchronises gradients
+    (DDP's ``no_sync`` on the first): the same weights as two processes without micro-batches."""
+    from tests.orchestrate_tests.conftest import run_tuner
+
+    runs = {}
+    for name, extra in (("whole", {}), ("parts", {"micro_batch_size": 8})):
+        (tmp_path / name).mkdir()
+        study = write_study(tmp_path / name, max_train_steps=12, eval_every=6, processes_per_trial=2, **extra)
+        text = study.read_text().replace("dropout: 0.1", "dropout: 0.0")
+        study.write_text(text)
+        done = run_tuner("train", str(study), "--output-dir", str(tmp_path / name / "runs"), "--no-progress")
+        assert done.returncode == 0, done.stdout + done.stderr
+        (runs[name],) = (tmp_path / name / "runs" / "engine-test" / "train").iterdir()
+    a, b = _weights(runs["whole"]), _weights(runs["parts"])
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
