@@ -34,7 +34,7 @@ def test_the_delivered_bert_scores_the_reported_f1_in_plain_pytorch(tuned: Tuned
 
     from tuner.train import load_model
 
-    model = load_model(tuned.checkpoint)
+    model = load_model(tuned.checkpoint, trust_code=True)
     assert type(model) is BertForSequenceClassification
     workload = tuned.workload()
     items = [workload.eval_data[i] for i in range(len(workload.eval_data))]

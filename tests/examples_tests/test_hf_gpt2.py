@@ -36,7 +36,7 @@ def test_the_delivered_gpt2_scores_the_reported_perplexity_in_plain_pytorch(tune
 
     from tuner.train import load_model
 
-    model = load_model(tuned.checkpoint)
+    model = load_model(tuned.checkpoint, trust_code=True)
     assert type(model) is GPT2LMHeadModel
     nll, count = 0.0, 0
     with torch.no_grad():
@@ -55,7 +55,7 @@ def test_the_delivered_gpt2_saves_and_loads_the_hugging_face_way(tuned: Tuned, t
 
     from tuner.train import load_model
 
-    model = load_model(tuned.checkpoint)
+    model = load_model(tuned.checkpoint, trust_code=True)
     model.save_pretrained(tmp_path / "gpt2")
     again = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
     input_ids = tuned.workload().eval_data[0]["input_ids"][None]

@@ -41,7 +41,7 @@ def test_the_delivered_timm_model_scores_the_reported_error_rate_in_plain_pytorc
 
     from tuner.train import load_model
 
-    model = load_model(tuned.checkpoint)
+    model = load_model(tuned.checkpoint, trust_code=True)
     assert isinstance(model, timm.models.VisionTransformer)
     images, labels = tuned.workload().eval_data.tensors
     with torch.no_grad():

@@ -43,7 +43,7 @@ def test_the_optimizer_is_rmsprop_with_its_options_and_the_towers_lr_scale(tuned
 def test_the_delivered_model_reproduces_the_reported_metrics_in_plain_pytorch(tuned: Tuned) -> None:
     from tuner.train import load_model
 
-    model = load_model(tuned.checkpoint)
+    model = load_model(tuned.checkpoint, trust_code=True)
     assert type(model).__name__ == "TwoTowers"
     eval_data = tuned.workload().eval_data
     with torch.no_grad():
