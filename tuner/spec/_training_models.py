@@ -147,7 +147,7 @@ class TrainingSpec(_Model):
     """Log the training loss and LR every N steps."""
     keep_best_checkpoints: NonNegativeInt = 3
     """Keep the N best checkpoints by the objective (plus `latest.pt` for resuming); NaN is never
-    best."""
+    best, and a tie on the objective goes to the lower validation loss, then the earlier step."""
     fsync_checkpoints: bool = False
     """Also fsync each checkpoint and the run folder's small files, so they survive a power cut
     (about 1 ms each); without it they survive any process death already (temp file + rename)."""

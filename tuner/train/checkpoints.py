@@ -1,5 +1,9 @@
 """The N best checkpoints by the objective, plus the latest one for resuming.
 
+"Best" is the tracker's rule (``objective.eval_order``): ties on the objective go to the lower
+loss, then to the earlier step, so the best file is the tracker's best step and ``index.json``
+lists the kept files in that order.
+
 Every file is written atomically; a best checkpoint is a hard link to the ``latest.pt`` it was
 (no second serialisation). Order on disk: write the new file, *then* delete the evicted one,
 so a kill at any moment leaves at least the previous state. NaN is never among the best.
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 import shutil
 import threading
@@ -30,7 +33,7 @@ from tuner._atomic import atomic_write, atomic_write_json
 from tuner.train.checkpoint_integrity import Resumable, newest_intact
 from tuner.train.checksums import Manifest, sha256_of
 from tuner.train.events import Callback
-from tuner.train.objective import ObjectiveTracker, is_better
+from tuner.train.objective import ObjectiveTracker, ScoredEval, better_eval, eval_order
 
 LATEST = "latest.pt"
 
@@ -73,36 +76,39 @@ class CheckpointCallback(Callback):
     ) -> None:
         self.folder, self.tracker, self.keep_best, self.durable = Path(folder), tracker, keep_best, durable
         self.best: dict[str, float] = {}  # file name -> objective value
+        self.losses: dict[str, float | None] = {}  # file name -> its tie-breaking loss
         self._latest_step: int | None = None
         self.saved_step: int | None = None
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
         self.manifest = Manifest(self.folder, durable=durable)
 
-    def _worst(self) -> str:
-        # The worst is the one every other beats: max for minimize, min for maximize.
-        pick = max if self.tracker.direction == "minimize" else min
-        return pick(self.best, key=lambda name: (self.best[name], name))
+    def _scored(self, name: str) -> ScoredEval:
+        return ScoredEval(step_of(name), self.best[name], self.losses.get(name))
+
+    def _ranked(self) -> list[str]:
+        """The kept files, best first, by the tracker's rule."""
+        return sorted(self.best, key=lambda name: eval_order(self._scored(name), self.tracker.direction))
+
+    def _keeps(self, scored: ScoredEval) -> bool:
+        """Whether the eval ``scored`` joins the best N: a free place, or it beats the worst kept."""
+        if self.keep_best <= 0 or best_name(scored.step) in self.best:
+            return False
+        worst = self._scored(self._ranked()[-1]) if len(self.best) >= self.keep_best else None
+        return better_eval(scored, worst, self.tracker.direction)
 
     def on_checkpoint(self, loop: Any) -> None:
         value = self.tracker.last_value if loop.last_eval_step == loop.step else None
         evicted: str | None = None
         name = best_name(loop.step)
-        keep = (
-            value is not None
-            and math.isfinite(value)
-            and self.keep_best > 0
-            and name not in self.best
-            and (
-                len(self.best) < self.keep_best
-                or is_better(value, self.best[self._worst()], self.tracker.direction)
-            )
-        )
+        keep = value is not None and self._keeps(ScoredEval(loop.step, value, self.tracker.last_loss))
         if keep:
             if len(self.best) >= self.keep_best:
-                evicted = self._worst()
+                evicted = self._ranked()[-1]
                 del self.best[evicted]
+                self.losses.pop(evicted, None)
             self.best[name] = float(value)  # type: ignore[arg-type]
+            self.losses[name] = self.tracker.last_loss
         self._latest_step = loop.step  # saved inside latest.pt, see load_state_dict
         snapshot = io.BytesIO()
         torch.save(loop.state_dict(), snapshot)
@@ -161,29 +167,31 @@ class CheckpointCallback(Callback):
             self.flush()
 
     def _index(self, step: int) -> dict[str, Any]:
-        ranked = sorted(
-            self.best.items(), key=lambda item: item[1], reverse=self.tracker.direction == "maximize"
-        )
         return {
             "latest": {"file": LATEST, "step": step},
-            "best": [{"file": f, "value": v, "step": step_of(f)} for f, v in ranked],
+            "best": [
+                {"file": f, "value": self.best[f], "loss": self.losses.get(f), "step": step_of(f)}
+                for f in self._ranked()
+            ],
             "metric": self.tracker.metric,
             "direction": self.tracker.direction,
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": dict(self.best), "latest_step": self._latest_step}
+        return {"best": dict(self.best), "losses": dict(self.losses), "latest_step": self._latest_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the best set and repair what a kill mid-checkpoint can leave on disk."""
+        """Restore the best set and repair what a kill mid-checkpoint can leave on disk. A state
+        saved before ties were broken by the loss has no ``losses``: unknown, as the tracker's."""
         self._latest_step = self.saved_step = state.get("latest_step")
-        self.best = {}
+        self.best, self.losses = {}, {}
+        losses = state.get("losses") or {}
         for name, value in state["best"].items():
             path = self.folder / name
             if not path.exists() and step_of(name) == self._latest_step:
                 _link_or_copy(self.folder / LATEST, path)  # killed between the save and the link
             if path.exists():
-                self.best[name] = value
+                self.best[name], self.losses[name] = value, losses.get(name)
         for stray in self.folder.glob("best-step*.pt"):
             if stray.name not in self.best:  # killed before an evicted file was deleted
                 stray.unlink()
