@@ -113,7 +113,8 @@ def test_with_no_measure_of_noise_a_reversal_says_so_and_asks_for_seeds(tmp_path
 
 
 def test_too_few_points_to_measure_does_not_advise_lengthening_round_1(tmp_path: Path) -> None:
-    # round 1 still improving at its end (best step 40 of 40); round 2: 2 of 3 points have a value
+    # round 1's best-step verdict: still improving at its end (best step 40 of 40, and eval_every 5
+    # gives 2 evals in its last 25%); round 2: 2 of 3 points have a value
     report = report_of(_two_points(tmp_path / "few"))
     transfer = report.phases[0].transfer
     assert transfer is not None
@@ -124,7 +125,7 @@ def test_too_few_points_to_measure_does_not_advise_lengthening_round_1(tmp_path:
 
 
 def _two_points(tmp_path: Path) -> Built:
-    built = study(tmp_path, round2={"top_k": 3})
+    built = study(tmp_path, eval_every=5, round2={"top_k": 3})
     first = built.start("round-1")
     for slot, value in enumerate([0.10, 0.20, 0.30, 0.40, 0.50]):
         add_trial(first, slot, value, {LR: 0.05 * (slot + 1)}, best_step=40)

@@ -102,6 +102,18 @@ class BestStepResult:
         }
 
 
+def still_improving(result: BestStepResult | None) -> BestStepLate | None:
+    """The phase's best-step verdict when it says the runs were still improving at their end, else
+    None. This is the one rule for that question (calibrated to at most 5% false alarms,
+    docs/verdicts.md); the other sections that speak of it (round 2's transfer, ``tune``'s extra
+    round) quote this verdict rather than count late best steps by a threshold of their own: a
+    count alone says "still improving" of plateaus, of schedules settling at the end, and of
+    rounds whose best trials peaked earlier, where this verdict says the length looks right."""
+    if result is None:
+        return None
+    return next((f for f in result.findings if isinstance(f, BestStepLate)), None)
+
+
 def diagnose_best_step(
     phase: PhaseData,
     judge: bool = True,

@@ -13,7 +13,7 @@ from typing import Any
 
 from tuner.playbook.decision_log import TuneState
 from tuner.playbook.eval_grid import LATE
-from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step
+from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step, still_improving
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.delivered import DeliveredModel, delivered_model
@@ -161,35 +161,60 @@ def build_report(data: StudyData) -> StudyReport:
     """Every diagnostic of every phase of ``data`` (already read: ``read_study``)."""
     from tuner.playbook.decision_log import state_for
 
-    reports = [_phase_report(data, phase) for phase in data.phases]
+    built: dict[str, PhaseReport] = {}
+    for phase in reversed(data.phases):  # earliest first: a round's source is built before it
+        built[phase.phase] = _phase_report(data, phase, built)
+    reports = [built[phase.phase] for phase in data.phases]
     reader = data.reader
     tuned = state_for(data.study, reader.optuna_study_names(), reader.study_attrs) if reader else None
     return StudyReport(data.study, data.storage, reports, delivered_model(data.every_phase()), tuned)
 
 
-def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
+def _phase_report(data: StudyData, phase: PhaseData, built: dict[str, PhaseReport]) -> PhaseReport:
+    """The phase's diagnostics; ``built``: the reports of the phases before it already built."""
     report = PhaseReport(phase, diagnose_health(phase, trend=phase.searched))
     report.learning = diagnose_learning(phase)
     learned = report.learning is None or report.learning.learned  # else ranges and lengths are noise
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(data, phase)
     else:
-        ranked = [s for s in phase.completed if s.position is not None]
-        # the top trials (worse after an early best?) and the best-ranked late ones (still falling?)
-        late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
-        read = ranked[:TOP] + late
-        curves = data.curves(phase, read) if learned and read else {}
-        report.best_step = diagnose_best_step(
-            phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves
-        )
+        report.best_step = _best_step(data, phase, learned)
     if phase.searched and phase.plan is not None:
         report.boundaries = diagnose_boundaries(phase, field_checker(phase.plan.config), judge=learned)
     if phase.plan is not None and phase.plan.source_phase is not None:
-        report.transfer = diagnose_transfer(phase, data.phase(phase.plan.source_phase))
+        source = data.phase(phase.plan.source_phase)
+        late = None if source is None else still_improving(_source_best_step(data, source, built))
+        report.transfer = diagnose_transfer(phase, source, source_late=late)
     report.imbalance = diagnose_imbalance(phase)
     report.best = best_trial(phase)
     report.next_steps = _next_steps(report)
     return report
+
+
+def _best_step(data: StudyData, phase: PhaseData, learned: bool) -> BestStepResult:
+    """The phase's best-step verdict, reading the curves it needs: the top trials (worse after an
+    early best?) and the best-ranked late ones (still falling?). Not judged when nothing was
+    learned (``learned`` False): the positions are noise then."""
+    ranked = [s for s in phase.completed if s.position is not None]
+    late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
+    read = ranked[:TOP] + late
+    curves = data.curves(phase, read) if learned and read else {}
+    return diagnose_best_step(phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves)
+
+
+def _source_best_step(
+    data: StudyData, source: PhaseData, built: dict[str, PhaseReport]
+) -> BestStepResult | None:
+    """The source round's best-step verdict, which the transfer quotes rather than judging the
+    source's length by a rule of its own: the one in its section when the report shows it, else
+    built the same way (a report of round 2 alone still reads round 1)."""
+    shown = built.get(source.phase)
+    if shown is not None:
+        return shown.best_step
+    if source.kind == "sweep-lr":
+        return None
+    learning = diagnose_learning(source)
+    return _best_step(data, source, learning is None or learning.learned)
 
 
 def _sweep(data: StudyData, phase: PhaseData) -> Any:

@@ -63,7 +63,8 @@ numbers}``; the kinds: ``nothing_learned``, ``learned``, ``not_judged_nothing_le
 ``diverged_scattered``, ``progress`` (``trend``: improving, slowing, plateaued, too_few);
 ``rank_correlation`` (``quality``: good, weak, reversed, within_noise, too_few;
 ``changed_beyond_noise``: pairs that changed order by more than the noise, null if unmeasured),
-``source_too_short``,
+``source_too_short`` (the source round's best-step verdict *still improving*, quoted: ``late``,
+``completed``, ``late_top``, ``top``),
 ``lr_multiplier``; ``minority_few_examples``, ``minority_counts``, ``train_sample_skew``.
 """
 

@@ -14,9 +14,11 @@ Rules (stated in every verdict):
 - *good* (rho >= 0.5) also needs, where the noise is measured, one pair of points that both
   rounds tell apart in the same order; without one the order agrees only inside the noise, and the
   verdict is "within noise" (with 3 points, rho >= 0.5 comes by chance half the time);
-- round 1 was too short to rank reliably when at least half of its completed trials had their
-  best step in the last 25% (they were still improving when stopped); a warning only when the
-  ranking measurably failed to transfer (weak or reversed), a note otherwise;
+- whether round 1's trials were still improving when they ended is not decided here: it is
+  round 1's own best-step verdict (``best_step.still_improving``, the one calibrated rule), which
+  this verdict quotes when it says so, so that the two sections never disagree; a warning only
+  when the ranking measurably failed to transfer (weak or reversed), a note otherwise; nothing
+  when round 1's best-step verdict says anything else (the length looks right, cannot tell);
 - round 1 scored at a step round 2 never evaluates (an off-grid ``steps``): a warning that the
   rounds cannot be compared step for step (``tuner.report.scored_steps``).
 """
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, ClassVar, Literal
 
-from tuner.report.best_step import LATE
+from tuner.report.best_step import BestStepLate
 from tuner.report.findings import Finding, Level, fmt, of, ordinal
 from tuner.report.longer_runs import longer_runs_finding
 from tuner.report.lr_multipliers import multiplier_finding
@@ -67,9 +69,13 @@ class RankCorrelation(Finding):
 
 @dataclass(frozen=True)
 class SourceTooShort(Finding):
+    """Round 1's best-step verdict said its trials were still improving; its numbers, quoted."""
+
     kind: ClassVar[str] = "source_too_short"
-    late: int
+    late: int  # completed trials with their best step in the last 25%
     completed: int
+    late_top: int  # ... of the ``top`` best trials
+    top: int
 
 
 @dataclass
@@ -86,8 +92,13 @@ class TransferResult:
         }
 
 
-def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferResult | None:
-    """For a round trained from an earlier round's points; None for any other phase."""
+def diagnose_transfer(
+    phase: PhaseData, source: PhaseData | None, *, source_late: BestStepLate | None = None
+) -> TransferResult | None:
+    """For a round trained from an earlier round's points; None for any other phase.
+    ``source_late``: the source round's best-step verdict when it says its trials were still
+    improving (``best_step.still_improving``), quoted beside the ranking; None says nothing of
+    the source's length."""
     if phase.plan is None or phase.plan.source_phase is None:
         return None
     rows = source_rows(phase)
@@ -148,8 +159,10 @@ def diagnose_transfer(phase: PhaseData, source: PhaseData | None) -> TransferRes
         other_steps = scored_at_other_steps(phase, source)
         if other_steps is not None:
             result.findings.insert(0, other_steps)  # read before the verdict it qualifies
+    if source is not None and source_late is not None:
         correlation = next((f for f in result.findings if isinstance(f, RankCorrelation)), None)
-        _too_short(source, result, quality=correlation.quality if correlation else "too_few")
+        quality: Quality = correlation.quality if correlation else "too_few"
+        result.findings.append(_too_short(source, source_late, quality))
     return result
 
 
@@ -308,38 +321,37 @@ def _correlation_finding(
     )
 
 
-def _too_short(source: PhaseData, result: TransferResult, *, quality: Quality) -> None:
-    """Round 1's trials still improving at their end: a warning when its ranking measurably failed
-    to transfer (weak, reversed); a note when it held, or when nothing could be measured."""
-    positions = [s.position for s in source.completed if s.position is not None]
-    late = sum(1 for p in positions if p > LATE)
-    if not positions or late < len(positions) / 2:
-        return
-    numbers = f"{of(late, len(positions))} had their best step in the last 25% of training"
-    rule = f"at least half of {source.phase}'s completed trials had their best step in the last 25%"
+def _too_short(source: PhaseData, late: BestStepLate, quality: Quality) -> SourceTooShort:
+    """Round 1's best-step verdict said its trials were still improving at their end: quoted, with
+    what the ranking made of it. A warning when the ranking measurably failed to transfer (weak,
+    reversed): lengthening round 1 is then the fix; a note when it held, or when nothing could be
+    measured (no advice to lengthen a round whose ranking may have been fine)."""
+    numbers = (
+        f"{late.late_top} of the top {late.top}, {late.late_all} of {late.completed} completed have their "
+        "best step in the last 25% of training"
+    )
+    said = f"{source.phase}'s best-step verdict says its trials were still improving when they ended"
+    rule = f"{source.phase}'s best-step verdict is 'still improving' by its own rule: {late.rule}"
+    level, advice = Level.INFO, None
     if quality == "good":
-        level, advice = Level.INFO, None
-        text = (
-            f"{source.phase}'s trials were still improving when stopped ({numbers}), yet their ranking "
-            "held: its length was enough to rank these points"
-        )
+        text = f"{said} ({numbers}), yet their ranking held: its length was enough to rank these points"
     elif quality in ("too_few", "within_noise"):
-        level, advice = Level.INFO, None
         why = "too few points to measure" if quality == "too_few" else "the order changes are within noise"
-        text = (
-            f"{source.phase}'s trials were still improving when stopped ({numbers}); whether that hurt "
-            f"its ranking cannot be told ({why})"
-        )
+        text = f"{said} ({numbers}); whether that hurt its ranking cannot be told ({why})"
     else:
         level = Level.WARNING
         advice = (
             f"lengthen {source.phase} ({source.round_key}.length_fraction) so trials get past their "
             "early, noisy phase"
         )
-        text = (
-            f"{source.phase} may have been too short to rank reliably: {numbers} (still improving when "
-            "stopped)"
-        )
-    result.findings.append(
-        SourceTooShort(late=late, completed=len(positions), level=level, rule=rule, text=text, advice=advice)
+        text = f"{source.phase} may have been too short to rank reliably: {said} ({numbers})"
+    return SourceTooShort(
+        late=late.late_all,
+        completed=late.completed,
+        late_top=late.late_top,
+        top=late.top,
+        level=level,
+        rule=rule,
+        text=text,
+        advice=advice,
     )
