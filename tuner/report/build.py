@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.playbook.decision_log import TuneState
-from tuner.playbook.eval_grid import LATE
-from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step
+from tuner.report.best_step import BestStepResult, curves_read, diagnose_best_step
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.delivered import DeliveredModel, delivered_model
@@ -174,10 +173,8 @@ def _phase_report(data: StudyData, phase: PhaseData) -> PhaseReport:
     if phase.kind == "sweep-lr":
         report.sweep = _sweep(data, phase)
     else:
-        ranked = [s for s in phase.completed if s.position is not None]
         # the top trials (worse after an early best?) and the best-ranked late ones (still falling?)
-        late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
-        read = ranked[:TOP] + late
+        read = curves_read([s for s in phase.completed if s.position is not None])
         curves = data.curves(phase, read) if learned and read else {}
         report.best_step = diagnose_best_step(
             phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves
