@@ -20,12 +20,20 @@ spread of a validation split of a few thousand, or a few hundred, examples). The
   longer run would end no better, so *train longer* here is a false alarm (the playbook's
   warning: a schedule that decays to 0 pulls the best step to the end); the position alone cannot
   tell it from the truth below, the flat middle of its curves can;
+- ``plateau 0.5``: better until the middle, flat after within the noise (a regression whose
+  runs peaked at half their length and then stayed put): the length is right;
 - ``improving 1.5``: still getting better at the end (0.1 better by 150%, so 0.011 over the last
   25%): the truth is *too short*.
 
 Counted per case and round size: how often the verdict says ``early``, ``late``, ``fine`` or
-cannot tell. ``python -m benchmarks.calibrate_lengths [--repetitions N] [--quick]``; the table is
-on the verdicts page of the docs.
+cannot tell; and how often the rule of ``tune``'s other trigger for training longer holds
+(``BestStepResult.falling_late``: the error still falling between 50% and 75% of training beyond
+the curves' noise, wherever the best steps fell, and no *too long* verdict), which it acts on when
+the length is sweep-lr's, measured with the searched regularisation off
+(``tuner/playbook/tune/extra.py``, ``unregularised_length``): alone (*falling late*), and with the
+verdict (*trains longer*: either one, what the extra round does when that premise holds). Every
+case but ``improving`` makes it a false alarm. ``python -m benchmarks.calibrate_lengths
+[--repetitions N] [--quick]``; the tables are on the verdicts page of the docs.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks._common import Result, calibration_arguments, calibration_study, report
@@ -60,6 +69,10 @@ def _plateau(u: float) -> float:
     return FLOOR + DEPTH * max(0.0, (0.4 - u) / 0.4) ** 2
 
 
+def _plateau_half(u: float) -> float:
+    return FLOOR + DEPTH * max(0.0, (0.5 - u) / 0.5) ** 2
+
+
 def _annealed(u: float) -> float:
     return FLOOR + DEPTH * max(0.0, (0.3 - u) / 0.3) ** 2 + 0.01 * min(1.0, max(0.0, (1.0 - u) / 0.2))
 
@@ -71,6 +84,7 @@ CASES: dict[str, tuple[Callable[[float], float], str]] = {
     "middle 0.5": (_bowl(0.5, 0.01), "fine"),
     "plateau 0.4": (_plateau, "fine"),
     "annealed": (_annealed, "fine"),
+    "plateau 0.5": (_plateau_half, "fine"),
     "improving 1.5": (_bowl(1.5, 0.0), "late"),
 }
 TRIALS = (8, 20)
@@ -115,55 +129,88 @@ def simulated_round(
     return phase_data(StoredPhase("calibration", "round-1", "minimize", attrs, stored)), curves
 
 
-def verdict_of(phase: Any, curves: dict[int, dict[int, float]]) -> str:
+@dataclass
+class Tally:
+    """One case and round size over its repetitions: the verdict's answers, and how often the
+    other trigger's rule held (``falling``) and either made the extra round train longer."""
+
+    verdicts: Counter[str] = field(default_factory=Counter)
+    falling: int = 0
+    longer: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.verdicts.values())
+
+    def share(self, *verdicts: str) -> float:
+        return sum(self.verdicts[v] for v in verdicts) / max(1, self.total)
+
+
+def readings_of(phase: Any, curves: dict[int, dict[int, float]]) -> tuple[str, bool]:
+    """The length verdict, and whether the round's curves were still falling late (the extra
+    round's other trigger, given its premise), as the report reads them."""
     from tuner.report.best_step import diagnose_best_step
 
     result = diagnose_best_step(phase, curves=curves)
     kinds = [VERDICTS[f.kind] for f in result.findings if f.kind in VERDICTS]
-    return kinds[0] if kinds else "cannot tell"
+    return (kinds[0] if kinds else "cannot tell"), result.falling_late is not None
+
+
+def verdict_of(phase: Any, curves: dict[int, dict[int, float]]) -> str:
+    return readings_of(phase, curves)[0]
 
 
 def calibrate(
     repetitions: int, trials: tuple[int, ...] = TRIALS, noises: tuple[float, ...] = NOISES
-) -> dict[tuple[str, int, float], Counter[str]]:
+) -> dict[tuple[str, int, float], Tally]:
     attrs = round_attrs()
-    tallies: dict[tuple[str, int, float], Counter[str]] = {}
+    tallies: dict[tuple[str, int, float], Tally] = {}
     for case, (curve, _) in CASES.items():
         for count in trials:
             for noise in noises:
-                tally = tallies.setdefault((case, count, noise), Counter())
+                tally = tallies.setdefault((case, count, noise), Tally())
                 for rep in range(repetitions):
                     phase, curves = simulated_round(attrs, curve, count, noise, seed=1000 * count + rep)
-                    tally[verdict_of(phase, curves)] += 1
+                    verdict, falling = readings_of(phase, curves)
+                    tally.verdicts[verdict] += 1
+                    tally.falling += falling
+                    tally.longer += falling or verdict == "late"
     return tallies
 
 
-def table(tallies: dict[tuple[str, int, float], Counter[str]]) -> str:
+def table(tallies: dict[tuple[str, int, float], Tally]) -> str:
     lines = [
-        "| truth | case | trials | noise | says early | says late | says fine | cannot tell |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| truth | case | trials | noise | says early | says late | says fine | cannot tell | falling late "
+        "| trains longer |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (case, count, noise), tally in tallies.items():
-        total = sum(tally.values())
-        cells = [f"{tally[v] / total:.1%}" for v in ("early", "late", "fine", "cannot tell")]
+        cells = [f"{tally.share(v):.1%}" for v in ("early", "late", "fine", "cannot tell")]
+        cells += [f"{tally.falling / max(1, tally.total):.1%}", f"{tally.longer / max(1, tally.total):.1%}"]
         lines.append(f"| {CASES[case][1]} | {case} | {count} | {noise:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def results(tallies: dict[tuple[str, int, float], Counter[str]]) -> list[Result]:
-    """False alarms (acting where the length is right) and misses, worst case over the cases."""
-
-    def rate(tally: Counter[str], *verdicts: str) -> float:
-        return sum(tally[v] for v in verdicts) / max(1, sum(tally.values()))
-
+def results(tallies: dict[tuple[str, int, float], Tally]) -> list[Result]:
+    """False alarms (acting where the length is right) and misses, worst case over the cases; the
+    same for the other trigger's rule (falling late: a false alarm wherever the truth is not *too
+    short*), and its hits where it is."""
     right = {k: t for k, t in tallies.items() if CASES[k[0]][1] == "fine"}
-    alarms = {k: rate(t, "early", "late") for k, t in right.items()}
+    alarms = {k: t.share("early", "late") for k, t in right.items()}
     worst = max(alarms, key=lambda k: alarms[k])
-    misses = [1 - rate(t, CASES[k[0]][1]) for k, t in tallies.items() if CASES[k[0]][1] != "fine"]
+    misses = [1 - t.share(CASES[k[0]][1]) for k, t in tallies.items() if CASES[k[0]][1] != "fine"]
+    not_short = {k: t.falling / max(1, t.total) for k, t in tallies.items() if CASES[k[0]][1] != "late"}
+    falls = max(not_short, key=lambda k: not_short[k])
+    short = {k: t.falling / max(1, t.total) for k, t in tallies.items() if CASES[k[0]][1] == "late"}
     return [
         Result(NAME, f"false alarms where the length is right, worst ({worst[0]}, {worst[1]} trials)",
                alarms[worst], "{:.1%}", f"<= {FALSE_ALARM_TARGET:.0%}", alarms[worst] <= FALSE_ALARM_TARGET),
         Result(NAME, "misses where it is not, mean", sum(misses) / len(misses) if misses else math.nan,
+               "{:.1%}"),
+        Result(NAME, f"falling late where the length is not too short, worst ({falls[0]}, {falls[1]} trials, "
+               f"noise {falls[2]:g})", not_short[falls], "{:.1%}", f"<= {FALSE_ALARM_TARGET:.0%}",
+               not_short[falls] <= FALSE_ALARM_TARGET),
+        Result(NAME, "falling late where it is too short, worst", min(short.values(), default=math.nan),
                "{:.1%}"),
     ]  # fmt: skip
 

@@ -17,12 +17,25 @@ def test_the_length_verdict_calls_clear_cases_by_their_truth() -> None:
             assert calibrate_lengths.verdict_of(phase, curves) == expected, (case, seed)
 
 
+def test_the_extra_rounds_other_trigger_fires_on_runs_still_improving_only() -> None:
+    """Its rule (the error still falling between 50% and 75% of training, wherever the best steps
+    fell): on runs cut short, not on runs that peaked at half their length and stayed flat, nor on
+    the other cases whose length is right or too long."""
+    attrs = calibrate_lengths.round_attrs()
+    for case, (curve, truth) in calibrate_lengths.CASES.items():
+        for seed in range(3):
+            phase, curves = calibrate_lengths.simulated_round(attrs, curve, 20, 0.003, seed)
+            assert calibrate_lengths.readings_of(phase, curves)[1] is (truth == "late"), (case, seed)
+
+
 def test_the_length_table_counts_every_repetition() -> None:
     tallies = calibrate_lengths.calibrate(2, trials=(8,), noises=(0.003,))
-    assert all(sum(t.values()) == 2 for t in tallies.values())
-    assert "| early | early 0.05 | 8 | 0.003 | 100.0% | 0.0% | 0.0% | 0.0% |" in calibrate_lengths.table(
-        tallies
-    )
+    assert all(t.total == 2 for t in tallies.values())
+    table = calibrate_lengths.table(tallies)
+    assert "| early | early 0.05 | 8 | 0.003 | 100.0% | 0.0% | 0.0% | 0.0% | 0.0% | 0.0% |" in table
+    assert "| late | improving 1.5 | 8 | 0.003 | 0.0% | 100.0% | 0.0% | 0.0% | 100.0% | 100.0% |" in table
+    figures = [r.figure for r in calibrate_lengths.results(tallies)]
+    assert any(f.startswith("falling late where the length is not too short") for f in figures)
 
 
 def test_nothing_learned_moves_the_lr_range_up_only_when_the_loss_falls_toward_the_top() -> None:

@@ -13,13 +13,33 @@ from tests.cli_tests._tune_support import store_tune_state, tune_args
 from tests.orchestrate_tests.conftest import run_tuner
 
 
+def _falls_then_flat(value: float, best_step: int, eval_every: int, slot: int) -> dict[int, float]:
+    """A run of 80 steps whose error falls 0.002 an eval to ``value`` at ``best_step``, then stays
+    flat within a noise of 0.0005 (every other eval that much worse, from the first or the second
+    eval after the best as ``slot`` is even or odd): a run still falling at 50-75% of training
+    when its best step is at 55, and one that peaked at half its length and stayed put at 40."""
+    return {
+        step: value + 0.002 * (best_step - step) / eval_every
+        if step <= best_step
+        else value + 0.0005 * ((step // eval_every + slot) % 2)
+        for step in range(eval_every, 81, eval_every)
+    }
+
+
 def _rounds_1_and_2_done(
-    tmp_path: Path, best_step: int, *, failed: bool = False, weight_decay: bool = False, eval_every: int = 10
+    tmp_path: Path,
+    best_step: int,
+    *,
+    failed: bool = False,
+    weight_decay: bool = False,
+    eval_every: int = 10,
+    flat_after: bool = False,
 ) -> tuple[Any, list[Any]]:
     """Rounds 1 and 2 built, not trained (round 1: 8 trials of 10 steps; round 2: its 3 points at
     max_train_steps 80, one seed, every best step at ``best_step``; ``failed``: the third point
-    failed; ``weight_decay``: searched beside the LR), and their stages as a tune of ``--budget
-    1000`` left them done."""
+    failed; ``weight_decay``: searched beside the LR; ``flat_after``: each curve flat within its
+    noise after its best, ``_falls_then_flat``, else slightly worse at each eval), and their stages
+    as a tune of ``--budget 1000`` left them done."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
@@ -45,7 +65,9 @@ def _rounds_1_and_2_done(
         if failed and slot == 2:
             add_trial(second, slot, None, planned.values, state="FAIL", max_train_steps=80, **planned.attrs)
             continue
-        add_trial(second, slot, 0.05 + 0.01 * slot, planned.values, best_step=best_step, **planned.attrs)
+        value = 0.05 + 0.01 * slot
+        curve = _falls_then_flat(value, best_step, eval_every, slot) if flat_after else None
+        add_trial(second, slot, value, planned.values, best_step=best_step, curve=curve, **planned.attrs)
     stages = [
         Stage("toy", "round-1", str(built.path), [], 8, 80, done=True, steps_per_trial=10),
         Stage("toy", "round-2", str(built.path), [], None, 240, done=True, steps_per_trial=80),
@@ -101,52 +123,63 @@ def test_the_round_after_round_2_is_decided_on_its_report(
 
 @pytest.mark.parametrize(
     ("swept", "best_step"),
-    [(True, 40), (False, 40), (True, 5)],
-    ids=["length-from-sweep-lr", "length-from-the-file", "best-steps-early"],
-)
-def test_a_length_sweep_lr_measured_without_the_searched_regularisation_is_tried_longer(
+    [(True, 55), (True, 40), (False, 55), (True, 5)],
+    ids=["length-from-sweep-lr-still-falling", "length-from-sweep-lr-flat-after-half", "length-from-the-file",
+         "best-steps-early"],
+)  # fmt: skip
+def test_a_length_sweep_lr_measured_without_the_searched_regularisation_is_tried_longer_if_still_falling(
     tmp_path: Path, swept: bool, best_step: int
 ) -> None:
-    """Round 2's best steps mid-run ("looks right"), weight decay searched: when tune set the
-    length by sweep-lr (which trains with weight decay off), round 3 trains the chosen point
-    longer (the playbook: regularisation slows training; a position verdict under a decaying
-    schedule cannot show it); when the length was the file's, or the best steps came early (5 of
-    80: the length is too long, as on noisy labels), round 2's points get more seeds."""
+    """Weight decay searched; round 2's best steps not late (no "still improving" verdict). When
+    tune set the length by sweep-lr (which trains with weight decay off) and the curves were still
+    falling between 50% and 75% of training (best at 55 of 80), round 3 trains the chosen point
+    longer (the playbook: regularisation slows training; the position hides it). Not when the
+    curves peaked at half the length and stayed flat within their noise (best at 40), nor when the
+    length was the file's, nor when the best steps came early (5 of 80: too long, as on noisy
+    labels): round 2's points would get more seeds (``--no-extra-seeds``: not trained here)."""
     from tuner.playbook.decision_log import Stage
 
-    built, stages = _rounds_1_and_2_done(tmp_path, best_step, weight_decay=True, eval_every=5)
+    built, stages = _rounds_1_and_2_done(
+        tmp_path, best_step, weight_decay=True, eval_every=5, flat_after=True
+    )
     if swept:
         stages.insert(
             0, Stage("toy", "sweep-lr", str(built.path), [], 4, 0, True, done=True, steps_per_trial=80)
         )
     store_tune_state(built, stages, "1000", 1000)
-    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))
+    longer = swept and best_step == 55
+    flags = ("--no-apply-suggestions", *(() if longer else ("--no-extra-seeds",)))
+    done = run_tuner(*tune_args(built, 1000, *flags))
     assert done.returncode == 0, done.stderr
-    decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
-    if swept and best_step == 40:
+    decisions = json.loads(done.stdout)["decisions"]
+    if longer:
+        decision = next(d for d in decisions if d["kind"].startswith("round3_"))
         assert decision["kind"] == "round3_longer"
         assert decision["numbers"]["unregularised_length"] is True
+        assert decision["numbers"]["falling_late"] is True
         assert decision["numbers"]["still_improving"] is False
         assert (
             "round 3: round 2's length is sweep-lr's, measured with optimizer.weight_decay off"
             in decision["text"]
         )
+        assert "between 50% and 75% of training was falling" in decision["text"]
         assert "80 -> 320 steps" in decision["text"]
     else:
-        assert decision["kind"] == "round3_seeds"
-        assert "its runs were not still improving" in decision["text"]
-        assert decision["numbers"]["unregularised_length"] is False
+        assert not any(d["kind"].startswith("round3_") for d in decisions), decisions
+        (none,) = [d for d in decisions if d["kind"] == "extra_round_none"]
+        assert "--no-extra-seeds" in none["text"]
 
 
 def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_path: Path) -> None:
     """sweep-lr ran on the user's study (``base``: its length 160); round 1's report then set
-    the length to 80 in the next study (``toy``), whose rounds 1 and 2 ran with best steps mid-run:
-    that length came from runs with weight decay on, not from the sweep, so round 3 gives the
-    points more seeds and the log does not call the length sweep-lr's."""
+    the length to 80 in the next study (``toy``), whose rounds 1 and 2 ran with best steps mid-run,
+    the curves still falling between 50% and 75% of training: that length came from runs with
+    weight decay on, not from the sweep, so round 3 gives the points more seeds and the log does
+    not call the length sweep-lr's."""
     from tests.report_tests.builders import Built, study
     from tuner.playbook.decision_log import Stage
 
-    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    built, stages = _rounds_1_and_2_done(tmp_path, 55, weight_decay=True, eval_every=5, flat_after=True)
     home_path = study(tmp_path / "home", name="base", max_train_steps=160).path
     home = Built(home_path, built.output_dir, "base")
     stages.insert(0, Stage("base", "sweep-lr", str(home.path), [], 4, 0, True, done=True, steps_per_trial=80))
@@ -164,17 +197,17 @@ def test_a_sweep_that_fit_nothing_trains_longer_only_without_its_noisy_labels_ev
     tmp_path: Path, sweep_best: int
 ) -> None:
     """sweep-lr fit nothing within its cap (80, the rounds' length), weight decay off; round 2's
-    best steps mid-run. Validation best at step 20 of the sweep's 80 (at most half: its "labels are
-    noisy" evidence): the steps past it memorised, so round 3 does not train longer (it would give
-    round 2's points more seeds; measured on the outcome benchmark's noisy labels, the longer runs
-    were never delivered).
+    best steps mid-run, its curves still falling between 50% and 75% of training. Validation best
+    at step 20 of the sweep's 80 (at most half: its "labels are noisy" evidence): the steps past it
+    memorised, so round 3 does not train longer (it would give round 2's points more seeds;
+    measured on the outcome benchmark's noisy labels, the longer runs were never delivered).
     Best at step 70: round 3 trains the chosen point longer, its log calling the length the
     sweep's cap, at which nothing fit (not a length the sweep measured)."""
     from tests.report_tests.builders import add_trial
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
 
-    built, stages = _rounds_1_and_2_done(tmp_path, 40, weight_decay=True, eval_every=5)
+    built, stages = _rounds_1_and_2_done(tmp_path, 55, weight_decay=True, eval_every=5, flat_after=True)
     sweep = built.start("sweep-lr")
     plan = load_plan(sweep.user_attrs)
     assert plan is not None

@@ -101,3 +101,52 @@ def test_a_noisy_best_above_a_small_rise_is_not_worse_after_an_early_best(tmp_pa
     assert best_step is not None
     assert "best_step_worsens" not in kinds(best_step.findings)
     assert "best_step_ok" in kinds(best_step.findings)
+
+
+# ``falling_late``: the runs still getting better late, wherever their best steps fell (what the
+# extra round asks of a length sweep-lr measured with the regularisation off)
+
+
+def test_runs_still_falling_late_are_falling_late_though_their_best_is_not_in_the_last_quarter(
+    tmp_path: Path,
+) -> None:
+    """Best at 70% (a decaying schedule's settling, or regularisation slowing training): the
+    position says the length looks right, the middle of training says the runs were still falling."""
+
+    def still_falling(u: float) -> float:
+        return 0.1 + (0.1 * ((0.7 - u) / 0.7) ** 2 if u <= 0.7 else 0.002 * (u - 0.7) / 0.3)
+
+    best_step = _round(tmp_path, still_falling, noise=0.001)
+    assert best_step is not None
+    assert "best_step_late" not in kinds(best_step.findings) and "best_step_ok" in kinds(best_step.findings)
+    falling = best_step.falling_late
+    assert falling is not None and falling.trials == 5
+    assert "between 50% and 75% of training was falling" in falling.describe()
+
+
+def test_runs_that_peak_at_half_their_length_and_stay_flat_are_not_falling_late(tmp_path: Path) -> None:
+    """Better until the middle, flat after within the noise: more steps change nothing."""
+
+    def peak_at_half(u: float) -> float:
+        return 0.1 + 0.1 * max(0.0, (0.5 - u) / 0.5) ** 2
+
+    best_step = _round(tmp_path, peak_at_half, noise=0.003)
+    assert best_step is not None and best_step.late_trend is not None
+    assert best_step.late_trend.testable and not best_step.late_trend.falling
+    assert best_step.falling_late is None
+
+
+def test_runs_too_long_are_not_falling_late_though_their_middle_falls(tmp_path: Path) -> None:
+    """Best at 5%, then worse, then falling back part of the way through the middle: the length is
+    too long (best steps early), whatever the middle does."""
+
+    def early_then_back(u: float) -> float:
+        if u <= 0.05:
+            return 0.1 + 0.1 * (0.05 - u) / 0.05
+        return 0.2 - 0.05 * (u - 0.3) / 0.7 if u > 0.3 else 0.1 + 0.1 * (u - 0.05) / 0.25
+
+    best_step = _round(tmp_path, early_then_back, noise=0.001)
+    assert best_step is not None and best_step.late_trend is not None
+    assert best_step.late_trend.falling  # the middle falls...
+    assert "best_step_early" in kinds(best_step.findings)
+    assert best_step.falling_late is None  # ... but the length is too long

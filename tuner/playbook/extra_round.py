@@ -11,14 +11,16 @@ run at full length, so ``tune`` keeps a share of the budget for one round decide
 
 - **longer** (``ExtraKind.LONGER``), when the report's best-step verdict says the last round's
   runs were still improving, or when ``tune`` set the length by sweep-lr, which trains with the
-  searched regularisation off, and neither the round's best steps nor the sweep's validation
-  best came early (noisy labels: longer runs memorise there) (``tuner/playbook/tune/extra.py``,
-  ``unregularised_length``: the playbook's warning that regularisation slows training, which a
-  position verdict under a decaying schedule does not show): the chosen point (the round's best
-  mean over seeds: the point the delivered-model rule would pick) on ``SPREAD_SEEDS`` new seeds,
-  at the longest length the steps left hold, at most ``LONGER_AT_MOST`` (4x) the round's, on the
-  eval grid, its schedule extended the playbook's way (``schedule_extension.py``). Shorter than
-  ``LATE_GROWTH`` (the report's own 1.5x) it is not worth a round: the steps go to seeds instead.
+  searched regularisation off, the sweep's validation best did not come early (noisy labels:
+  longer runs memorise there), and the round's validation error was still falling between 50%
+  and 75% of training beyond its noise wherever the best steps fell
+  (``tuner/playbook/tune/extra.py``, ``unregularised_length``: the playbook's warning that
+  regularisation slows training, which a position verdict under a decaying schedule does not
+  show): the chosen point (the round's best mean over seeds: the point the delivered-model rule
+  would pick) on ``SPREAD_SEEDS`` new seeds, at the longest length the steps left hold, at most
+  ``LONGER_AT_MOST`` (4x) the round's, on the eval grid, its schedule extended the playbook's way
+  (``schedule_extension.py``). Shorter than ``LATE_GROWTH`` (the report's own 1.5x) it is not
+  worth a round: the steps go to seeds instead.
   Whether the longer run is better is not assumed: the delivered-model rule compares its mean
   over seeds with the shorter round's points (``tuner.report.delivered``).
 - **seeds** (``ExtraKind.SEEDS``), otherwise: the last round's points again, on as many new seeds

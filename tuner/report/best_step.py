@@ -27,7 +27,14 @@ from typing import Any, ClassVar
 
 from tuner.playbook.curve_trend import CurveTrend, late_trend, rise_after_best
 from tuner.playbook.eval_grid import EARLY, LATE, MIN_EVALS, MIN_LATE_EVALS, eval_counts
-from tuner.report.after_best import RISE, AfterBest, error_of, worsening_top, worsens_verdict
+from tuner.report.after_best import (
+    RISE,
+    AfterBest,
+    BestStepWorsens,
+    error_of,
+    worsening_top,
+    worsens_verdict,
+)
 from tuner.report.best_step_resolution import coarse_finding, unresolved
 from tuner.report.findings import Finding, Level, Suggestion, pct
 from tuner.report.learning import NOT_JUDGED
@@ -89,6 +96,22 @@ class BestStepResult:
     histogram: list[int]  # HISTOGRAM_BINS counts over [0, 1]
     findings: list[Finding] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
+    #: the error's trend between 50% and 75% of training over every curve read (``curves_read``),
+    #: wherever best steps fall; None: no verdict on the position to go with it
+    late_trend: CurveTrend | None = None
+
+    @property
+    def falling_late(self) -> CurveTrend | None:
+        """The runs were still getting better late: the error falling between 50% and 75% of
+        training beyond the curves' noise (``curve_trend.late_trend``), without asking where the
+        best steps fell (a decaying schedule pulls them to the end of a run that was long enough,
+        and can keep those of one cut short out of the last quarter), and no verdict that the
+        length is too long. What ``tune``'s extra round asks of a length sweep-lr measured with the
+        regularisation off before training the chosen point longer; its false alarms are on the
+        verdicts page."""
+        too_long = any(f.kind in (BestStepEarly.kind, BestStepWorsens.kind) for f in self.findings)
+        trend = self.late_trend
+        return trend if trend is not None and trend.falling and not too_long else None
 
     def to_json(self) -> dict[str, Any]:
         values = [p for _, p in self.positions]
@@ -114,6 +137,14 @@ def still_improving(result: BestStepResult | None) -> BestStepLate | None:
     return next((f for f in result.findings if isinstance(f, BestStepLate)), None)
 
 
+def curves_read(ranked: list[TrialSlot]) -> list[TrialSlot]:
+    """The trials whose learning curves the verdict reads (``ranked``: completed, best first): the
+    top ``TOP`` (worse after an early best?) and the best-ranked ``LATE_CURVES`` others whose best
+    step is late (still falling?)."""
+    late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
+    return ranked[:TOP] + late
+
+
 def diagnose_best_step(
     phase: PhaseData,
     judge: bool = True,
@@ -123,8 +154,10 @@ def diagnose_best_step(
     """Best-step positions of the phase's completed trials, and the playbook's verdict on them
     (none when not ``judge``: the trials learned nothing, ``learning``). ``shortest``: the
     shortest trial length of the study's rounds, which a suggested ``eval_every`` must serve too.
-    ``curves``: slot -> its learning curve, for the top ``TOP`` trials (``after_best``) and the
-    best-ranked ``LATE_CURVES`` others whose best step is late (``curve_trend.late_trend``)."""
+    ``curves``: slot -> its learning curve, for the trials of ``curves_read`` (others are not
+    read): the top ``TOP`` (``after_best``) and the best-ranked ``LATE_CURVES`` others whose best
+    step is late (``curve_trend.late_trend``); the trend between 50% and 75% of training over all
+    of them is ``late_trend``, whatever the verdict."""
     ranked = [s for s in phase.completed if s.position is not None]
     positions = [(s.slot, float(s.position)) for s in ranked if s.position is not None]
     histogram = [0] * HISTOGRAM_BINS
@@ -159,6 +192,10 @@ def diagnose_best_step(
         )
         return result
     _verdict(phase, ranked, result, shortest, curves or {})
+    if curves:
+        read = [curves[s.slot] for s in curves_read(ranked) if s.slot in curves]
+        trial_steps = phase.trial_steps or ranked[0].max_train_steps or 0
+        result.late_trend = late_trend(read, trial_steps, phase.direction)
     return result
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.playbook.decision_log import TuneState
-from tuner.playbook.eval_grid import LATE
-from tuner.report.best_step import LATE_CURVES, TOP, BestStepResult, diagnose_best_step, still_improving
+from tuner.report.best_step import BestStepResult, curves_read, diagnose_best_step, still_improving
 from tuner.report.best_trial import BestTrial, best_trial
 from tuner.report.boundaries import BoundaryResult, diagnose_boundaries
 from tuner.report.delivered import DeliveredModel, delivered_model
@@ -195,9 +194,7 @@ def _best_step(data: StudyData, phase: PhaseData, learned: bool) -> BestStepResu
     """The phase's best-step verdict, reading the curves it needs: the top trials (worse after an
     early best?) and the best-ranked late ones (still falling?). Not judged when nothing was
     learned (``learned`` False): the positions are noise then."""
-    ranked = [s for s in phase.completed if s.position is not None]
-    late = [s for s in ranked[TOP:] if (s.position or 0.0) > LATE][:LATE_CURVES]
-    read = ranked[:TOP] + late
+    read = curves_read([s for s in phase.completed if s.position is not None])
     curves = data.curves(phase, read) if learned and read else {}
     return diagnose_best_step(phase, judge=learned, shortest=_shortest_round(data, phase), curves=curves)
 

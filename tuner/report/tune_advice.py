@@ -86,19 +86,19 @@ class ReportAdvisor:
 def round_reading(report: PhaseReport) -> RoundReading:
     """What the round after ``report``'s round is decided on: its completed points (each LR
     multiplier of a point a point of its own, as ``later_rounds.top_points`` counts them), its
-    transfer verdict, and its best-step verdicts."""
+    transfer verdict, its best-step verdicts, and whether its curves were still falling late."""
     from tuner.playbook.ranked_points import points_of
     from tuner.report.best_step import still_improving
 
-    findings = report.best_step.findings if report.best_step is not None else []
     late = still_improving(report.best_step)
+    falling = report.best_step.falling_late if report.best_step is not None else None
     return RoundReading(
         completed_points=len(points_of([s.final for s in report.data.completed], report.data.plan)),
         transfer=_transfer(report),
         # the best-step verdict on full-length runs: the playbook's "train longer"
         still_improving=late.text if late is not None and not late.short_round else None,
         best_step_judged=report.best_step is not None,
-        best_early=any(f.kind == "best_step_early" for f in findings),
+        falling_late=None if falling is None else falling.describe(),
     )
 
 
