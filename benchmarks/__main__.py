@@ -48,7 +48,7 @@ BENCHMARKS = (
     procedure,
     ghost_batch_norm,
     multi_process,
-    outcome,  # last: about 60 minutes
+    outcome,  # last: about 70 minutes
 )
 
 

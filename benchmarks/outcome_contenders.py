@@ -223,7 +223,7 @@ def delivered_metric(delivered: Delivered, split: str = "test") -> float:
     on the validation split, where it must give what training recorded)."""
     from tuner.spec import load_study
     from tuner.train import Evaluator, build_workload, load_checkpoint
-    from tuner.train.run_parts import cross_entropy_per_item
+    from tuner.train.run_parts import default_loss
 
     loaded = load_study(delivered.run_dir / "config.yaml", [f"workload.split={split}"])
     spec = loaded.spec
@@ -231,10 +231,11 @@ def delivered_metric(delivered: Delivered, split: str = "test") -> float:
     workload.model.load_state_dict(load_checkpoint(delivered.checkpoint)["model"])
     evaluator = Evaluator(
         {"test": workload.eval_data},
-        loss_fn=workload.loss_fn or cross_entropy_per_item,
-        metrics=workload.metrics,
+        loss_fn=default_loss(workload),  # the workload's, else its task's (cross-entropy, squared error)
+        metrics=workload.builtin_metrics,
         num_classes=workload.num_classes,
         batch_size=spec.training.resolved_eval_batch_size,
+        regression=workload.regression,
     )
     metrics, _ = evaluator.run(workload.model)
     return metrics["test/" + spec.objective.metric.split("/", 1)[1]]

@@ -17,6 +17,16 @@ scored on the same examples, cancels out of their paired differences almost enti
   beats an MLP by a wide margin. Generating 105,000 signals takes about 15 s, so the arrays are
   cached in :func:`data_dir` (written once, atomically; every trial then loads them), as are
   the imbalanced ones.
+- :func:`regression_splits`: float targets, a fixed nonlinear function of 10 of 20 Gaussian
+  inputs (products, a square, a sine, a gate; the other 10 are distractors), with Gaussian noise
+  on the training and validation targets (a tenth of the function's variance) and the test
+  targets noise-free (the test measures the error against the function; the noise would only add
+  its variance to every contender's test mse).
+- :func:`small_splits`: a small-data classification, 3 classes of 13 features (each class two
+  overlapping Gaussian clusters), :data:`SMALL_TRAIN_SIZE` training and :data:`SMALL_VAL_SIZE`
+  validation examples, as small as a user's tabular dataset can be (scikit-learn's wine has
+  178): validation accuracy moves in steps of 0.01, so trials tie, and the faster learning rates
+  fit the training set within a few evals.
 
 Every generator is seeded by :data:`DATA_SEED` alone: the benchmark's runs (study seeds 1..N)
 differ in model init, data order and the points sampled, never in the data.
@@ -41,6 +51,18 @@ TEST_SIZE = 100_000
 LABEL_NOISE = 0.25
 TEACHER_INPUTS = 24
 TEACHER_CLASSES = 6
+REGRESSION_INPUTS = 20
+#: The regression's noise variance, as a share of its function's variance on the training inputs.
+REGRESSION_NOISE = 0.1
+SMALL_TRAIN_SIZE = 350
+SMALL_VAL_SIZE = 100
+SMALL_INPUTS = 13
+SMALL_CLASSES = 3
+#: The spread of the small-data task's cluster means (each cluster's own spread: 0.5 to 1.5 along
+#: each axis): classes that overlap, so that validation errors are a few examples, not none.
+SMALL_SEPARATION = 0.8
+#: The small-data task's class shares (wine's are 33/40/27%).
+SMALL_PRIOR = (0.33, 0.40, 0.27)
 #: Where generated arrays are cached: ``$TUNER_BENCH_DATA``, else ``bench-results/data``.
 DATA_ENV = "TUNER_BENCH_DATA"
 
@@ -96,6 +118,71 @@ def teacher_splits(with_test: bool = True) -> Splits:
     return Splits(
         seen[:TRAIN_SIZE], noisy[:TRAIN_SIZE], seen[TRAIN_SIZE:], noisy[TRAIN_SIZE:], x_test, y_test
     )
+
+
+def regression_function(x: np.ndarray) -> np.ndarray:
+    """The regression's noise-free target for each row of ``x`` (float64; inputs 10-19 unused)."""
+    x = x.astype(np.float64)
+    return (
+        2.0 * np.sin(x[:, 0] * x[:, 1])
+        + 0.5 * (x[:, 2] + x[:, 3]) ** 2
+        + 2.0 * np.tanh(x[:, 4]) * x[:, 5]
+        + x[:, 6] * np.abs(x[:, 7])
+        + np.cos(2.0 * x[:, 8])
+        + 0.5 * x[:, 9]
+    )
+
+
+def regression_splits(with_test: bool = True) -> Splits:
+    """The regression: every target standardised by the training targets' mean and standard
+    deviation (predicting that mean scores an mse of about 1); ``with_test=False`` leaves the test
+    arrays empty, as :func:`teacher_splits` does."""
+    rows = TRAIN_SIZE + VAL_SIZE
+    x = np.random.default_rng(DATA_SEED + 10).normal(size=(rows, REGRESSION_INPUTS)).astype(np.float32)
+    clean = regression_function(x)
+    noise_sd = np.sqrt(REGRESSION_NOISE * clean[:TRAIN_SIZE].var())
+    y = clean + np.random.default_rng(DATA_SEED + 11).normal(0.0, noise_sd, size=rows)
+    mean, sd = y[:TRAIN_SIZE].mean(), y[:TRAIN_SIZE].std()
+    test_rows = TEST_SIZE if with_test else 0
+    x_test = (
+        np.random.default_rng(DATA_SEED + 12).normal(size=(test_rows, REGRESSION_INPUTS)).astype(np.float32)
+    )
+    y = ((y - mean) / sd).astype(np.float32)
+    y_test = ((regression_function(x_test) - mean) / sd).astype(np.float32)
+    a = TRAIN_SIZE
+    return Splits(x[:a], y[:a], x[a:], y[a:], x_test, y_test)
+
+
+def _small_clusters() -> tuple[np.ndarray, np.ndarray]:
+    """The small-data task's clusters: means ``(classes, 2, inputs)`` and linear maps ``(classes,
+    2, inputs, inputs)`` (a random rotation, each axis scaled by 0.5 to 1.5)."""
+    rng = np.random.default_rng(DATA_SEED + 20)
+    means = rng.normal(0.0, SMALL_SEPARATION, size=(SMALL_CLASSES, 2, SMALL_INPUTS))
+    maps = np.empty((SMALL_CLASSES, 2, SMALL_INPUTS, SMALL_INPUTS))
+    for c, k in itertools.product(range(SMALL_CLASSES), range(2)):
+        rotation = np.linalg.qr(rng.normal(size=(SMALL_INPUTS, SMALL_INPUTS)))[0]
+        maps[c, k] = rotation * rng.uniform(0.5, 1.5, size=SMALL_INPUTS)
+    return means, maps
+
+
+def _small_draw(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    means, maps = _small_clusters()
+    y = rng.choice(SMALL_CLASSES, size=n, p=SMALL_PRIOR)
+    cluster = rng.integers(0, 2, size=n)
+    x = rng.normal(size=(n, SMALL_INPUTS))
+    for c, k in itertools.product(range(SMALL_CLASSES), range(2)):
+        rows = (y == c) & (cluster == k)
+        x[rows] = means[c, k] + x[rows] @ maps[c, k].T
+    return x.astype(np.float32), y.astype(np.int64)
+
+
+def small_splits(with_test: bool = True) -> Splits:
+    """The small-data task: :data:`SMALL_TRAIN_SIZE` training and :data:`SMALL_VAL_SIZE`
+    validation examples, and :data:`TEST_SIZE` test ones drawn apart (``with_test=False``: none)."""
+    x, y = _small_draw(SMALL_TRAIN_SIZE + SMALL_VAL_SIZE, np.random.default_rng(DATA_SEED + 21))
+    x_test, y_test = _small_draw(TEST_SIZE if with_test else 0, np.random.default_rng(DATA_SEED + 22))
+    a = SMALL_TRAIN_SIZE
+    return Splits(x[:a], y[:a], x[a:], y[a:], x_test, y_test)
 
 
 def imbalanced_splits() -> Splits:

@@ -17,7 +17,7 @@ from benchmarks.outcome_contenders import Contender, delivered_metric, run_conte
 
 STUDIES = REPO_ROOT / "benchmarks" / "outcome_studies"
 WORKLOADS_FILE = REPO_ROOT / "benchmarks" / "outcome_workloads.py"
-WORKLOADS = ("teacher", "imbalanced", "mnist1d")
+WORKLOADS = ("teacher", "imbalanced", "mnist1d", "regression", "small")
 #: the budget of every run: this many trials at the workload's guessed length
 TRIALS_AT_GUESS = 12
 #: --quick: a guess of this many steps, evals every 10, and a budget of 6 such trials

@@ -11,6 +11,10 @@ only the benchmark asks for it, to score the model a procedure delivers).
 - ``imbalanced``: an MLP on 3 classes at 90/7/3%, scored by MCC (accuracy flatters ignoring the
   rare ones).
 - ``mnist1d``: a 1-D convolutional network on MNIST-1D signals.
+- ``regression``: an MLP with one output on a nonlinear function of 20 inputs plus noise, scored
+  by mse (a regression: float targets, the engine's regression metrics).
+- ``small``: an MLP on 3 classes from 350 training and 100 validation examples (a small dataset:
+  trials tie on validation accuracy, and the training set is fit within a few evals).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from tuner.workloads import Workload, WorkloadContext
+from tuner.workloads import REGRESSION_METRICS, Workload, WorkloadContext
 
 try:  # a trial imports this file by path, its folder on sys.path (as running it would)
     import outcome_data as data
@@ -47,11 +51,11 @@ def _datasets(parts: data.Splits, split: str, shape: tuple[int, ...]) -> tuple[T
     return tensors(parts.x_train, parts.y_train), tensors(x_eval, y_eval)
 
 
-def _mlp(width_in: int, hidden: int, dropout: float, classes: int) -> nn.Module:
+def _mlp(width_in: int, hidden: int, dropout: float, outputs: int) -> nn.Module:
     return nn.Sequential(
         nn.Linear(width_in, hidden), nn.ReLU(), nn.Dropout(dropout),
         nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout),
-        nn.Linear(hidden, classes),
+        nn.Linear(hidden, outputs),
     )  # fmt: skip
 
 
@@ -100,5 +104,36 @@ def mnist1d(ctx: WorkloadContext) -> Workload:
         train_data=train,
         eval_data=evaluation,
         num_classes=10,
+        metrics=("loss", "accuracy", "error_rate"),
+    )
+
+
+def regression(ctx: WorkloadContext) -> Workload:
+    """MLP (options ``hidden``, ``dropout``) with one output, on the regression's standardised
+    targets, scored by mse, mae and r2."""
+    split = _split_option(ctx)
+    train, evaluation = _datasets(
+        data.regression_splits(with_test=split == "test"), split, (data.REGRESSION_INPUTS,)
+    )
+    hidden, dropout = int(ctx.options.get("hidden", 64)), float(ctx.options.get("dropout", 0.0))
+    return Workload(
+        model=_mlp(data.REGRESSION_INPUTS, hidden, dropout, 1),
+        train_data=train,
+        eval_data=evaluation,
+        task="regression",
+        metrics=REGRESSION_METRICS,
+    )
+
+
+def small(ctx: WorkloadContext) -> Workload:
+    """MLP (options ``hidden``, ``dropout``) on the small-data task's 3 classes."""
+    split = _split_option(ctx)
+    train, evaluation = _datasets(data.small_splits(with_test=split == "test"), split, (data.SMALL_INPUTS,))
+    hidden, dropout = int(ctx.options.get("hidden", 64)), float(ctx.options.get("dropout", 0.0))
+    return Workload(
+        model=_mlp(data.SMALL_INPUTS, hidden, dropout, data.SMALL_CLASSES),
+        train_data=train,
+        eval_data=evaluation,
+        num_classes=data.SMALL_CLASSES,
         metrics=("loss", "accuracy", "error_rate"),
     )

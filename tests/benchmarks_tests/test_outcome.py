@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,10 @@ import pytest
 from benchmarks import outcome_data as data
 from benchmarks import outcome_workloads as workloads
 from benchmarks.outcome_contenders import Delivered, baseline_contenders, delivered_metric
-from benchmarks.outcome_runs import WORKLOADS, RunRecord, budget_of
+from benchmarks.outcome_runs import STUDIES, WORKLOADS, RunRecord, budget_of
 from benchmarks.outcome_stats import detectable
 from benchmarks.outcome_tables import table, targets
+from tests.spec_tests._support import invoke
 from tuner.workloads import WorkloadContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,11 +33,52 @@ def _data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     monkeypatch.setenv(data.DATA_ENV, str(tmp_path_factory.getbasetemp() / "bench-data"))
 
 
-def test_the_test_split_is_large_and_never_in_train_or_validation() -> None:
-    for parts in (data.teacher_splits(), data.imbalanced_splits()):
-        assert (len(parts.y_train), len(parts.y_val), len(parts.y_test)) == (4_000, 1_000, 100_000)
-        test_rows = {row.tobytes() for row in parts.x_test}  # continuous features: equal rows, one example
-        assert not test_rows & {row.tobytes() for row in np.concatenate([parts.x_train, parts.x_val])}
+#: validation's size where it is not 1,000 (what a user has): the small-data workload's
+VAL_SIZES = {"small": data.SMALL_VAL_SIZE}
+
+
+@pytest.mark.parametrize(
+    "splits, sizes",
+    [
+        (data.teacher_splits, (4_000, 1_000, 100_000)),
+        (data.imbalanced_splits, (4_000, 1_000, 100_000)),
+        (data.regression_splits, (4_000, 1_000, 100_000)),
+        (data.small_splits, (350, 100, 100_000)),
+    ],
+    ids=["teacher", "imbalanced", "regression", "small"],
+)
+def test_the_test_split_is_large_and_never_in_train_or_validation(
+    splits: Callable[[], data.Splits], sizes: tuple[int, int, int]
+) -> None:
+    parts = splits()
+    assert (len(parts.y_train), len(parts.y_val), len(parts.y_test)) == sizes
+    test_rows = {row.tobytes() for row in parts.x_test}  # continuous features: equal rows, one example
+    assert not test_rows & {row.tobytes() for row in np.concatenate([parts.x_train, parts.x_val])}
+
+
+def test_the_regression_targets_are_the_function_plus_noise_and_the_test_ones_noise_free() -> None:
+    """Every split standardised by the training targets; the test targets are the function itself,
+    the training and validation ones carry noise of a tenth of its variance."""
+    parts = data.regression_splits()
+    assert parts.y_train.dtype == np.float32
+    assert (float(parts.y_train.mean()), float(parts.y_train.std())) == pytest.approx((0.0, 1.0), abs=1e-5)
+    scale, shift = np.polyfit(data.regression_function(parts.x_test), parts.y_test, 1)
+    assert np.abs(scale * data.regression_function(parts.x_test) + shift - parts.y_test).max() < 1e-5
+    for x, y in ((parts.x_train, parts.y_train), (parts.x_val, parts.y_val)):
+        clean = scale * data.regression_function(x) + shift
+        assert (y - clean).var() / clean.var() == pytest.approx(data.REGRESSION_NOISE, rel=0.15)
+    without_test = data.regression_splits(with_test=False)  # what a trial builds
+    assert (without_test.y_train == parts.y_train).all() and len(without_test.y_test) == 0
+
+
+def test_the_small_data_splits_hold_every_class_at_its_share() -> None:
+    parts = data.small_splits()
+    for y in (parts.y_train, parts.y_val):
+        assert set(y.tolist()) == set(range(data.SMALL_CLASSES))
+    shares = np.bincount(parts.y_test, minlength=data.SMALL_CLASSES) / len(parts.y_test)
+    assert shares == pytest.approx(data.SMALL_PRIOR, abs=0.01)
+    without_test = data.small_splits(with_test=False)
+    assert (without_test.x_val == parts.x_val).all() and len(without_test.y_test) == 0
 
 
 def test_the_teacher_labels_are_noisy_in_training_and_validation_and_clean_in_test() -> None:
@@ -53,11 +96,19 @@ def test_split_option_picks_the_evaluation_data_and_the_seed_never_moves_the_dat
     build = getattr(workloads, name)
     tune, test = build(WorkloadContext(options={})), build(WorkloadContext(options={"split": "test"}))
     assert tune.train_data.tensors[0].equal(test.train_data.tensors[0])
-    assert (len(tune.eval_data), len(test.eval_data)) == (1_000, 100_000)
+    assert (len(tune.eval_data), len(test.eval_data)) == (VAL_SIZES.get(name, 1_000), 100_000)
     other_seed = build(WorkloadContext(options={}, seed=5))
     assert other_seed.eval_data.tensors[1].equal(tune.eval_data.tensors[1])
     with pytest.raises(ValueError, match="split must be one of"):
         build(WorkloadContext(options={"split": "validation"}))
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_study_file_validates_with_a_batch_through_its_workload(name: str) -> None:
+    done = invoke("validate", str(STUDIES / f"{name}.yaml"))
+    assert done.exit_code == 0, done.output
+    assert f"valid\n  study        outcome-{name}\n" in done.stdout
+    assert "\n  first batch  " in done.stdout
 
 
 def _benchmark(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
@@ -110,6 +161,26 @@ def test_quick_mode_runs_every_contender_on_a_workload(tmp_path: Path) -> None:
     assert "seed 1 random@guess: test" in resumed.stdout and "FAILED" not in resumed.stdout
 
 
+def test_quick_mode_scores_the_regression_and_the_small_data_workload(tmp_path: Path) -> None:
+    """A regression's delivered model is scored by the squared error and the regression metrics
+    (on validation it gives what its training recorded), and both workloads reach the tables."""
+    contenders = "tuner,tpe-hyperband@guess"
+    chosen = ("--workloads", "regression,small", "--contenders", contenders)
+    done = _benchmark("--quick", *chosen, "--output-dir", str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert sorted((r["workload"], r["contender"]) for r in runs) == sorted(
+        (w, c) for w in ("regression", "small") for c in contenders.split(",")
+    )
+    for run in runs:
+        status = json.loads((Path(run["checkpoint"]).parents[1] / "status.json").read_text())
+        assert status["objective"] == ("val/mse" if run["workload"] == "regression" else "val/error_rate")
+        assert run["val_metric"] == pytest.approx(status["best_value"], abs=1e-9), run
+        assert 0 < run["test_metric"] < 2, run
+    assert "**regression**: test/mse (lower is better)" in done.stdout
+    assert "**small**: test/error_rate (lower is better)" in done.stdout
+
+
 def test_an_output_folder_of_another_commit_is_not_continued(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text(json.dumps({"commit": "0123456789ab", "machine": {}, "runs": []}))
     done = _benchmark("--quick", "--workloads", "teacher", "--output-dir", str(tmp_path))
@@ -126,7 +197,10 @@ def test_an_output_folder_of_another_commit_is_not_continued(tmp_path: Path) -> 
             ("--contenders", "tuner,grid@guess"),
             "unknown contender 'grid@guess'; known: tuner, tpe-last@short",
         ),
-        (("--workloads", "digits"), "unknown workload(s) ['digits']; known: teacher, imbalanced, mnist1d"),
+        (
+            ("--workloads", "digits"),
+            "unknown workload(s) ['digits']; known: teacher, imbalanced, mnist1d, regression, small",
+        ),
         (("--tune-args=--no-extra-round",), "--tune-args needs --label"),
     ],
 )
