@@ -192,22 +192,29 @@ def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_pa
     assert "sweep-lr" not in decision["text"]
 
 
-@pytest.mark.parametrize("sweep_best", [20, 70], ids=["validation-best-early-in-the-cap", "best-late"])
+@pytest.mark.parametrize(
+    ("sweep_best", "best_step"),
+    [(20, 55), (70, 55), (70, 40)],
+    ids=["validation-best-early-in-the-cap", "best-late", "best-late-round-flat-after-half"],
+)
 def test_a_sweep_that_fit_nothing_trains_longer_only_without_its_noisy_labels_evidence(
-    tmp_path: Path, sweep_best: int
+    tmp_path: Path, sweep_best: int, best_step: int
 ) -> None:
     """sweep-lr fit nothing within its cap (80, the rounds' length), weight decay off; round 2's
-    best steps mid-run, its curves still falling between 50% and 75% of training. Validation best
-    at step 20 of the sweep's 80 (at most half: its "labels are noisy" evidence): the steps past it
-    memorised, so round 3 does not train longer (it would give round 2's points more seeds;
-    measured on the outcome benchmark's noisy labels, the longer runs were never delivered).
-    Best at step 70: round 3 trains the chosen point longer, its log calling the length the
-    sweep's cap, at which nothing fit (not a length the sweep measured)."""
+    best steps mid-run. Validation best at step 20 of the sweep's 80 (at most half: its "labels
+    are noisy" evidence): the steps past it memorised, so round 3 does not train longer (it would
+    give round 2's points more seeds; measured on the outcome benchmark's noisy labels, the longer
+    runs were never delivered). Best at step 70: round 3 trains the chosen point longer, its log
+    calling the length the sweep's cap, at which nothing fit: a lower bound, not a length the
+    sweep measured, so it does so whether round 2's curves were still falling between 50% and 75%
+    of training (best at 55) or flat after half (best at 40)."""
     from tests.report_tests.builders import add_trial
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
 
-    built, stages = _rounds_1_and_2_done(tmp_path, 55, weight_decay=True, eval_every=5, flat_after=True)
+    built, stages = _rounds_1_and_2_done(
+        tmp_path, best_step, weight_decay=True, eval_every=5, flat_after=True
+    )
     sweep = built.start("sweep-lr")
     plan = load_plan(sweep.user_attrs)
     assert plan is not None

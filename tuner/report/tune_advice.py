@@ -98,6 +98,8 @@ def round_reading(report: PhaseReport) -> RoundReading:
         # the best-step verdict on full-length runs: the playbook's "train longer"
         still_improving=late.text if late is not None and not late.short_round else None,
         best_step_judged=report.best_step is not None,
+        best_early=report.best_step is not None
+        and any(f.kind == "best_step_early" for f in report.best_step.findings),
         falling_late=None if falling is None else falling.describe(),
     )
 

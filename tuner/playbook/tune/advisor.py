@@ -78,6 +78,7 @@ class RoundReading:
     #: the best-step verdict's text when the round's full-length runs were still improving
     still_improving: str | None = None
     best_step_judged: bool = False  # the report judged its best steps at all
+    best_early: bool = False  # ... and found them early (the length too long, as on noisy labels)
     #: ... and the trend's text when the round's validation error was still falling between 50% and
     #: 75% of training beyond its curves' noise, wherever the best steps fell (None too when the
     #: report says the length is too long: best steps early, or worse after an early best)
