@@ -64,7 +64,7 @@ def _errors(*counts: int) -> list[float]:
 
 
 def test_an_order_change_of_a_few_errors_in_360_is_noise_not_a_reversal(tmp_path: Path) -> None:
-    # the issue's case: round 2 scored 9, 7 and 6 errors of 360 against round 1's order (two tied)
+    # a within-the-noise case: round 2 scored 9, 7 and 6 errors of 360 against round 1's order (two tied)
     round1 = _errors(20, 22, 22, 40, 50)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no scipy warning leaks on tied values

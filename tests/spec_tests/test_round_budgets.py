@@ -59,7 +59,7 @@ def test_a_later_round_that_cannot_be_filled_is_refused_at_its_line(rounds: str,
         "  round1: {trials: 4}\n  round2: {top_k: 4}\n",  # every point of round 1
         "  round2: {top_k: 20}\n",
         "  round1: {trials: 8}\n  round2: {top_k: 3}\n  round3: {top_k: 3}\n",
-        "  round2: {top_k: 3, trials: 3}\n",  # the case: trials equal to top_k
+        "  round2: {top_k: 3, trials: 3}\n",  # trials equal to top_k
         "  round2: {top_k: 2, seeds: 2, lr_multipliers: [0.5, 1], trials: 8}\n",
         # round 2 trains its 1 point at 2 LRs: 2 points for round 3
         "  round1: {trials: 4}\n  round2: {top_k: 1, lr_multipliers: [1, 4]}\n  round3: {top_k: 2}\n",
