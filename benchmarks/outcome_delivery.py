@@ -21,8 +21,9 @@ by workload and seed, with no training at all:
 - ``best-run``: the single best full-length run on validation, any round (the winner's curse at
   its strongest, for reference).
 
-``python -m benchmarks.outcome_delivery OUTPUT_DIR`` (an outcome run's ``--output-dir``, its
-``tuner`` contender's folders kept); scores are cached in ``OUTPUT_DIR/delivery_scores.json``.
+``python -m benchmarks.outcome_delivery OUTPUT_DIR [--contender tuner:LABEL]`` (an outcome run's
+``--output-dir``, its ``tuner`` contender's folders kept); scores are cached in
+``OUTPUT_DIR/delivery_scores.json``.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def _score(run: Run, cache: dict[str, float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--contender", default="tuner", help="whose runs: tuner, or tuner:LABEL")
     args = parser.parse_args(argv)
     root: Path = args.output_dir
     records = ResultsFile.read(root / "results.json").runs
@@ -184,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     for record in records:
         runs = by_workload.setdefault(record.workload, {})
         runs.setdefault(record.contender, {})[record.seed] = record.test_metric
-        if record.contender != "tuner":
+        if record.contender != args.contender:
             continue
-        found, minimize = read_runs(root / record.workload / f"seed-{record.seed}" / "tuner")
+        folder = root / record.workload / f"seed-{record.seed}" / args.contender.replace(":", "-")
+        found, minimize = read_runs(folder)
         current = choose("current", found, minimize)
         for rule in RULES:
             chosen = choose(rule, found, minimize)
