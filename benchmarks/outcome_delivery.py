@@ -57,6 +57,7 @@ class Run:
     point: str  # its searched values and length: the same point on other seeds shares it
     seed: int
     value: float
+    slot: int  # its trial number in its phase: equal means go to the point of the lowest, as in tune
     checkpoint: Path
     run_dir: Path
 
@@ -93,6 +94,7 @@ def read_runs(folder: Path) -> tuple[list[Run], bool]:
                 point,
                 int(seed.group(1)) if seed else 0,
                 float(row["value"]),
+                int(row["trial"]),
                 run_dir / "checkpoints" / f"best-step{int(row['best_step']):08d}.pt",
                 run_dir,
             )
@@ -118,13 +120,13 @@ def _best_seed(runs: list[Run], sign: float) -> Run:
 
 
 def _by_mean(runs: list[Run], sign: float, score: Callable[[list[Run]], float] | None = None) -> Run | None:
-    """The best seed run of the best-ranked point (equal scores: more seeds, then the earlier)."""
+    """The best seed run of the best-ranked point (equal scores: more seeds, then the lowest trial
+    number, whatever its round: ``tuner.playbook.ranked_points.ranked``)."""
     points = list(_points(runs).values())
     if not points:
         return None
     rank = score or (lambda p: statistics.fmean(r.value for r in p))
-    order = {point[0].point: i for i, point in enumerate(points)}
-    chosen = min(points, key=lambda p: (sign * rank(p), -len(p), order[p[0].point]))
+    chosen = min(points, key=lambda p: (sign * rank(p), -len(p), min(r.slot for r in p)))
     return _best_seed(chosen, sign)
 
 

@@ -10,7 +10,8 @@ from benchmarks.outcome_delivery import Run, choose
 
 def _run(phase: str, point: str, seed: int, value: float) -> Run:
     folder = Path(f"/runs/{phase}/{point}-{seed}")
-    return Run(phase, int(phase.split("-")[1]), point, seed, value, folder / "best.pt", folder)
+    slot = "abc".index(point) * 3 + seed
+    return Run(phase, int(phase.split("-")[1]), point, seed, value, slot, folder / "best.pt", folder)
 
 
 def _study(lucky: float) -> list[Run]:
@@ -53,3 +54,16 @@ def test_best_run_takes_the_single_best_value_for_a_metric_to_maximise() -> None
     assert choose("best-run", runs, minimize=False).point == "b"
     assert choose("current", runs, minimize=False).seed == 1
     assert choose("with-round-1", runs, minimize=False).point == "a"
+
+
+def test_equal_means_on_equal_seeds_go_to_the_lowest_trial_number_as_tune_delivers() -> None:
+    """A round-2 point (trials 2 and 3) and round 3's longer run of it (trials 0 and 1) with the
+    same mean: tune's ranking takes the lowest trial number, whatever its round."""
+    folder = Path("/runs")
+    runs = [
+        Run("round-2", 2, "p", 1, 0.03, 2, folder / "a.pt", folder),
+        Run("round-2", 2, "p", 2, 0.02, 3, folder / "b.pt", folder),
+        Run("round-3", 3, "p-longer", 3, 0.02, 0, folder / "c.pt", folder),
+        Run("round-3", 3, "p-longer", 4, 0.03, 1, folder / "d.pt", folder),
+    ]
+    assert choose("current", runs, minimize=True).checkpoint.name == "c.pt"
