@@ -121,12 +121,13 @@ def _best_seed(runs: list[Run], sign: float) -> Run:
 
 def _by_mean(runs: list[Run], sign: float, score: Callable[[list[Run]], float] | None = None) -> Run | None:
     """The best seed run of the best-ranked point (equal scores: more seeds, then the lowest trial
-    number, whatever its round: ``tuner.playbook.ranked_points.ranked``)."""
+    number, then the later round: ``tuner.report.delivered`` lists the latest round first and
+    ``tuner.playbook.ranked_points.ranked`` keeps that order among equals)."""
     points = list(_points(runs).values())
     if not points:
         return None
     rank = score or (lambda p: statistics.fmean(r.value for r in p))
-    chosen = min(points, key=lambda p: (sign * rank(p), -len(p), min(r.slot for r in p)))
+    chosen = min(points, key=lambda p: (sign * rank(p), -len(p), min(r.slot for r in p), -p[0].round))
     return _best_seed(chosen, sign)
 
 

@@ -56,9 +56,10 @@ def test_best_run_takes_the_single_best_value_for_a_metric_to_maximise() -> None
     assert choose("with-round-1", runs, minimize=False).point == "a"
 
 
-def test_equal_means_on_equal_seeds_go_to_the_lowest_trial_number_as_tune_delivers() -> None:
+def test_equal_means_on_equal_seeds_go_to_the_lowest_trial_number_then_the_later_round() -> None:
     """A round-2 point (trials 2 and 3) and round 3's longer run of it (trials 0 and 1) with the
-    same mean: tune's ranking takes the lowest trial number, whatever its round."""
+    same mean: tune's ranking takes the lowest trial number, whatever its round; on the same
+    trial numbers, the later round."""
     folder = Path("/runs")
     runs = [
         Run("round-2", 2, "p", 1, 0.03, 2, folder / "a.pt", folder),
@@ -66,4 +67,7 @@ def test_equal_means_on_equal_seeds_go_to_the_lowest_trial_number_as_tune_delive
         Run("round-3", 3, "p-longer", 3, 0.02, 0, folder / "c.pt", folder),
         Run("round-3", 3, "p-longer", 4, 0.03, 1, folder / "d.pt", folder),
     ]
+    assert choose("current", runs, minimize=True).checkpoint.name == "c.pt"
+    runs[0] = Run("round-2", 2, "p", 1, 0.03, 0, folder / "a.pt", folder)
+    runs[1] = Run("round-2", 2, "p", 2, 0.02, 1, folder / "b.pt", folder)
     assert choose("current", runs, minimize=True).checkpoint.name == "c.pt"
