@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tuner._format import plural
 from tuner.playbook.eval_grid import (
     EARLY,
     LATE,
@@ -106,7 +107,7 @@ def unresolved(
             suggested_eval_every=better,
             level=Level.WARNING,
             rule=RESOLUTION_RULE,
-            text=f"cannot tell {what}: {evals} evals in a run of "
+            text=f"cannot tell {what}: {plural(evals, 'eval')} in a run of "
             f"{trial_steps} steps (eval_every {eval_every}), {late_evals} in its last 25%, so the "
             "best step's position is set by the eval grid",
             advice=advice,
@@ -114,6 +115,7 @@ def unresolved(
     )
     if better is not None:
         reason = (
-            f"{evals} evals a run, {late_evals} in its last 25%: too few to place best steps ({phase.phase})"
+            f"{plural(evals, 'eval')} a run, {late_evals} in its last 25%: too few to place best steps "
+            f"({phase.phase})"
         )
         suggestions.append(Suggestion(("training", "eval_every"), eval_every, better, reason))
