@@ -42,14 +42,16 @@ def test_a_ctrl_c_on_the_way_out_keeps_the_exit_the_command_chose(
     done = _run_module(
         tmp_path,
         "late_ctrl_c",
-        "import os, signal\n"
+        "import os, signal, time\n"
         "import tuner.cli.app as cli\n"
         "def command_ending_as_ctrl_c_lands(*args, **kwargs):\n"
         "    try:\n"
         f"        {ending}\n"
         "    finally:\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "        for _ in range(1000): pass  # the handler runs between bytecodes: here\n"
+        "        # the handler runs here: the main thread checks for it after each short sleep, even\n"
+        "        # when the kernel handed the signal to another of the process's threads\n"
+        "        for _ in range(1000): time.sleep(0.01)\n"
         "cli.app = command_ending_as_ctrl_c_lands\n"
         "cli.main()\n",
     )
