@@ -9,14 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.report_tests.builders import add_trial, run_folder, study
 from tests.spec_tests._support import invoke
-from tests.train_tests.conftest import write_study
+from tests.train_tests.tie_workload import run_tied
 from tuner.playbook.plan import load_plan
-from tuner.spec import load_study
-from tuner.train import RunResult, run_training
+from tuner.train import RunResult
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
@@ -24,19 +22,7 @@ pytestmark = pytest.mark.usefixtures("clean_env")
 def _tied_run(folder: Path, run_dir: Path) -> RunResult:
     """A real run whose validation error rate is 0 at every eval while its loss keeps falling."""
     folder.mkdir(parents=True)
-    path = write_study(
-        folder,
-        max_train_steps=40,
-        eval_every=10,
-        keep_best_checkpoints=1,
-        optimizer={"name": "sgd", "lr": 0.5},
-        schedule=[{"shape": "constant"}],
-    )
-    document = yaml.safe_load(path.read_text())
-    document["workload"] = {"name": "tests.train_tests.tie_workload:build", "options": {}}
-    path.write_text(yaml.safe_dump(document, sort_keys=False))  # objective: val/error_rate, minimize
-    loaded = load_study(path)
-    return run_training(loaded.spec, run_dir, base_dir=loaded.base_dir, progress=False)
+    return run_tied(folder, run_dir, max_train_steps=40, keep_best=1)
 
 
 def test_the_delivered_step_of_tied_evals_is_the_one_with_the_lowest_loss(tmp_path: Path) -> None:

@@ -8,11 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.train_tests.conftest import write_study
-from tuner.spec import load_study
-from tuner.train import load_checkpoint, read_status, run_training
+from tests.train_tests.tie_workload import run_tied
+from tuner.train import load_checkpoint, read_status
 from tuner.train.checkpoints import LATEST, CheckpointCallback, best_name
 from tuner.train.objective import ObjectiveTracker, ScoredEval, eval_order, tie_metric
 
@@ -132,20 +129,13 @@ def test_a_state_saved_before_the_loss_broke_ties_still_resumes(tmp_path: Path) 
 def test_a_real_run_delivers_the_tied_eval_with_the_lowest_loss(tmp_path: Path) -> None:
     """Two well-separated classes: validation accuracy is 1.0 from the first eval on, while the
     loss keeps falling; the best step is the one the rule picks from ``metrics.csv``, not the first."""
-    path = write_study(
+    result = run_tied(
         tmp_path,
+        tmp_path / "run",
         max_train_steps=60,
-        eval_every=10,
-        keep_best_checkpoints=2,
-        optimizer={"name": "sgd", "lr": 0.5},
-        schedule=[{"shape": "constant"}],
+        keep_best=2,
+        objective={"metric": "val/accuracy", "direction": "maximize"},
     )
-    study = yaml.safe_load(path.read_text())
-    study["workload"] = {"name": "tests.train_tests.tie_workload:build", "options": {}}
-    study["objective"] = {"metric": "val/accuracy", "direction": "maximize"}
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
-    loaded = load_study(path)
-    result = run_training(loaded.spec, tmp_path / "run", base_dir=loaded.base_dir, progress=False)
 
     with (tmp_path / "run" / "metrics.csv").open() as handle:
         evals = [

@@ -4,10 +4,17 @@ accuracy, and only the loss tells them apart. ``tests.train_tests.tie_workload:b
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import torch
+import yaml
 from torch.utils.data import TensorDataset
 
 from tuner.workloads import Workload, WorkloadContext
+
+if TYPE_CHECKING:
+    from tuner.train import RunResult
 
 
 def _separated(seed: int, n: int) -> TensorDataset:
@@ -27,3 +34,34 @@ def build(ctx: WorkloadContext) -> Workload:
         num_classes=2,
         metrics=("loss", "accuracy", "error_rate"),
     )
+
+
+def run_tied(
+    folder: Path,
+    run_dir: Path,
+    *,
+    max_train_steps: int,
+    keep_best: int,
+    objective: dict[str, str] | None = None,
+) -> RunResult:
+    """A real run of this workload (SGD at 0.5, constant, an eval every 10 steps) in ``run_dir``,
+    its study written to ``folder``; ``objective`` replaces the default (val/error_rate, minimize)."""
+    from tests.train_tests.conftest import write_study
+    from tuner.spec import load_study
+    from tuner.train import run_training
+
+    path = write_study(
+        folder,
+        max_train_steps=max_train_steps,
+        eval_every=10,
+        keep_best_checkpoints=keep_best,
+        optimizer={"name": "sgd", "lr": 0.5},
+        schedule=[{"shape": "constant"}],
+    )
+    document = yaml.safe_load(path.read_text())
+    document["workload"] = {"name": "tests.train_tests.tie_workload:build", "options": {}}
+    if objective is not None:
+        document["objective"] = objective
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    loaded = load_study(path)
+    return run_training(loaded.spec, run_dir, base_dir=loaded.base_dir, progress=False)
