@@ -56,7 +56,7 @@ from benchmarks.outcome_runs import (
     machine_text,
 )
 from benchmarks.outcome_runs import run_job as _run_job
-from benchmarks.outcome_tables import NAME, procedures_table, table, targets
+from benchmarks.outcome_tables import NAME, ablations_table, procedures_table, table, targets
 
 DEFAULT_SEEDS = 10
 
@@ -158,6 +158,10 @@ def print_tables(records: list[RunRecord], workloads: list[str], quick: bool = F
     if summary:
         print("\nEvery procedure against the best baseline at the guessed length, paired by seed:\n")
         print(summary)
+    ablations = ablations_table(records, workloads)
+    if ablations:
+        print("\nEvery ablation against tune's default, paired by seed:\n")
+        print(ablations)
 
 
 def run() -> list[Result]:

@@ -9,7 +9,7 @@ import statistics
 from benchmarks._common import Result
 from benchmarks.outcome_contenders import BASELINES, LENGTHS, baseline_contenders
 from benchmarks.outcome_runs import RunRecord, guessed_length, template
-from benchmarks.outcome_stats import Comparison, best_of, compare, relative_gains, t_interval
+from benchmarks.outcome_stats import Comparison, Interval, best_of, compare, relative_gains, t_interval
 
 NAME = "outcome"
 
@@ -119,6 +119,16 @@ def table(workload: str, records: list[RunRecord], quick: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _gain_cell(gain: Interval | None) -> str:
+    """A mean relative gain as a percentage with its interval (``-`` when there is none)."""
+    if gain is None:
+        return "-"
+    shown = f"{100 * gain.mean:+.2f}%"
+    if not math.isnan(gain.low):
+        shown += f" [{100 * gain.low:+.2f}%, {100 * gain.high:+.2f}%]"
+    return shown
+
+
 def procedures_table(records: list[RunRecord], workloads: list[str]) -> str:
     """One row a procedure (tuner, each ablation, each design): its difference from the best
     baseline at the guessed length on each workload, and its mean relative gain over them."""
@@ -139,12 +149,7 @@ def procedures_table(records: list[RunRecord], workloads: list[str]) -> str:
             found = compare(name, str(best[workload]), by_workload[workload], minimize[workload])
             cells.append(found.difference.signed() if found else "-")
         gain = relative_gains(name, {w: str(b) for w, b in best.items()}, by_workload, minimize)
-        shown = "-"
-        if gain is not None:
-            shown = f"{100 * gain.mean:+.2f}%"
-            if not math.isnan(gain.low):
-                shown += f" [{100 * gain.low:+.2f}%, {100 * gain.high:+.2f}%]"
-        lines.append(_row(*cells, shown))
+        lines.append(_row(*cells, _gain_cell(gain)))
     return "\n".join(lines)
 
 
@@ -183,3 +188,24 @@ def targets(records: list[RunRecord], workloads: list[str]) -> list[Result]:
                    f"> 0 beyond the noise ({interval})", ahead)
         )  # fmt: skip
     return out
+
+
+def ablations_table(records: list[RunRecord], workloads: list[str]) -> str:
+    """One row an ablation (``tuner:LABEL``): its difference from ``tuner`` (the default, the
+    same seeds) on each workload, and its mean relative gain over them; empty without both."""
+    by_workload = {w: by_seed([r for r in records if r.workload == w]) for w in workloads}
+    minimize = {w: minimizes(w) for w in workloads}
+    ablations = [name for name in tuners(records) if name != "tuner"]
+    if not ablations or not all(by_workload[w].get("tuner") for w in workloads):
+        return ""
+    header = ("ablation", *(f"{w}: minus tuner [95% CI]" for w in workloads), "mean relative gain [95% CI]")
+    lines = [_row(*header), _row(*("---" for _ in header))]
+    for name in ablations:
+        cells: list[str] = [name]
+        for workload in workloads:
+            found = compare(name, "tuner", by_workload[workload], minimize[workload])
+            mark = " (beyond the noise)" if found and found.difference.excludes_zero else ""
+            cells.append(found.difference.signed() + mark if found else "-")
+        gain = relative_gains(name, {w: "tuner" for w in workloads}, by_workload, minimize)
+        lines.append(_row(*cells, _gain_cell(gain)))
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ from benchmarks import outcome_workloads as workloads
 from benchmarks.outcome_contenders import Delivered, baseline_contenders, delivered_metric
 from benchmarks.outcome_runs import STUDIES, WORKLOADS, RunRecord, budget_of
 from benchmarks.outcome_stats import detectable
-from benchmarks.outcome_tables import table, targets
+from benchmarks.outcome_tables import ablations_table, table, targets
 from tests.spec_tests._support import invoke
 from tuner.workloads import WorkloadContext
 
@@ -256,6 +256,26 @@ def test_the_tables_say_when_tuner_lost_for_a_minimised_and_a_maximised_metric(
     assert "| tuner ahead beyond the noise |" in text
     found = {r.figure: r for r in targets(won, [workload])}
     assert all(r.passed for r in found.values())
+
+
+def test_the_ablations_table_compares_each_ablation_with_the_default_on_every_workload() -> None:
+    """tuner:a better than tuner by 0.01 error on teacher and 0.01 MCC on imbalanced on every
+    seed (beyond the noise), tuner:b the same as tuner: each row says so, signed per metric."""
+    records = []
+    for seed in range(1, 11):
+        base = 0.20 + 0.02 * math.sin(seed)
+        jitter = 0.001 * (-1) ** seed
+        for workload, sign in (("teacher", -1.0), ("imbalanced", 1.0)):
+            records.append(_record(workload, "tuner", seed, base))
+            records.append(_record(workload, "tuner:a", seed, base + sign * 0.01 + jitter))
+            records.append(_record(workload, "tuner:b", seed, base + jitter))
+    text = ablations_table(records, ["teacher", "imbalanced"])
+    row_a = next(line for line in text.splitlines() if line.startswith("| tuner:a |"))
+    row_b = next(line for line in text.splitlines() if line.startswith("| tuner:b |"))
+    assert "| -0.0100 [" in row_a and "| +0.0100 [" in row_a and row_a.count("(beyond the noise)") == 2
+    assert "beyond the noise" not in row_b
+    assert float(row_a.split("|")[-2].split("%")[0]) == pytest.approx(5.0, abs=0.3)  # 0.01 / 0.2
+    assert ablations_table([r for r in records if r.contender != "tuner"], ["teacher"]) == ""
 
 
 def test_the_smallest_detectable_difference_follows_the_paired_spread() -> None:

@@ -99,6 +99,11 @@ def trial_line(trial: Any, metric: str) -> str:
         error = str(attrs.get("error", "")).strip()
         said = f"{reason}: {error}" if error and error != reason else reason
         return f"{label}  {said}{retry}"
+    if trial.state.name == "PRUNED" and attrs.get("pruned_at") is not None:
+        return (
+            f"{label}  stopped at step {attrs.get('final_step')}: pruned (behind the others at "
+            f"step {attrs['pruned_at']})"
+        )
     if trial.state.name == "PRUNED" and attrs.get("outpaced_at") is not None:
         return (
             f"{label}  stopped at step {attrs.get('final_step')}: cannot win "

@@ -114,6 +114,12 @@ def tune(
         help="Round 1 at the study file's length (a fraction of max_train_steps), searched again on its "
         "report's suggestions (default: round 1 at full length, its suggestions reported only).",
     ),
+    nothing_fits_scale: float = typer.Option(
+        1.0,
+        "--nothing-fits-scale",
+        hidden=True,  # an ablation of the outcome benchmark (docs/benchmarks.md), not a user's knob
+        help="When no LR fit within sweep-lr's cap: the rounds train this multiple of the cap.",
+    ),
     max_searches: int = typer.Option(
         2, "--max-searches", metavar="N", help="Round-1 searches at most: the study's, then next studies'."
     ),
@@ -153,6 +159,8 @@ def tune(
         raise UsageError(f"--max-searches {max_searches}: at least 1 (round 1 of the study itself)")
     if search_seed is not None and search_seed < 0:
         raise UsageError(f"--search-seed {search_seed}: must be 0 or more")
+    if not 0.1 <= nothing_fits_scale <= 10:
+        raise UsageError(f"--nothing-fits-scale {nothing_fits_scale:g}: between 0.1 and 10")
     if max_failed is not None and max_failed < 1:
         raise UsageError(f"--max-failed {max_failed}: must be 1 or more")
     request = TuneRequest(
@@ -172,6 +180,7 @@ def tune(
             apply_ranges=not no_apply_ranges,
             apply_length=not no_apply_length,
             full_length_round1=not short_round1,
+            nothing_fits_scale=nothing_fits_scale,
         ),
         dry_run=dry_run,
         search_seed=search_seed,

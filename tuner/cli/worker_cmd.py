@@ -197,6 +197,7 @@ def worker(
                 sampler=plan.sampler(),
                 on_trial_end=None if quiet else report_trial,
                 outpaced_from=plan.outpaced_from(),
+                pruner=plan.pruner(),
                 # before the first trial, not here: a worker with nothing to claim (a finished
                 # phase, a fleet larger than what is left) never imports torch (~5 CPU s, ~300 MB)
                 warm_up=lambda: warm_up(spec, loaded.base_dir),

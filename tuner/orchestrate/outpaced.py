@@ -73,8 +73,8 @@ class OutpacedCheck(Callback):
             self.outpaced_at = limit
             raise StopTraining(
                 StopReason.STOPPED,
-                f"stopped at step {loop.step}: another trial reached the goal by step {limit}, "
-                "so this one can no longer change the phase's result",
+                f"stopped at step {loop.step}: its phase needs no more of it from step {limit} "
+                "(another trial reached the goal by then, or the round's pruner stopped it)",
             )
 
     def on_fit_end(self, loop: Any) -> None:

@@ -69,6 +69,7 @@ class Recorder:
         self.attempt, self.last_step, self.on_eval, self.frozen = attempt, last_step, on_eval, frozen
         self.window = window
         self.trained = False  # a training step finished (``Healthy``), or it resumed past one
+        self.extra_attrs: dict[str, Any] = {}  # the worker's own, recorded with the result (``pruned_at``)
 
     def _set(self, key: str, value: Any) -> None:
         self._set_all({key: value})
@@ -143,7 +144,7 @@ class Recorder:
 
         if isinstance(outcome, Abandoned):
             return
-        extra: dict[str, Any] = {"worker_rss_mb": resident_memory_mb()}
+        extra: dict[str, Any] = {"worker_rss_mb": resident_memory_mb(), **self.extra_attrs}
         child_dead = True
         if isinstance(outcome, Finished):
             extra.update(outcome.attrs)

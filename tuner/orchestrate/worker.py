@@ -79,6 +79,9 @@ class WorkerOptions:
     # the phase's trials -> the step from which a trial still training no longer matters
     # (sweep-lr: the fewest steps to fit so far); its trials stop there (``outpaced.py``)
     outpaced_from: Callable[[list[Any]], int | None] | None = None
+    # an Optuna pruner asked at each of a trial's evals (``BasePruner.prune``): when it says
+    # prune, the trial stops at its next eval as an outpaced one does (round 1's ``pruner``)
+    pruner: Any = None
     # imports every trial needs (torch, the engine; ``trial_process.warm_up``), run once the phase
     # has a trial to start: a worker with nothing to claim never pays them (~5 CPU s, ~300 MB)
     warm_up: Callable[[], None] | None = None
@@ -313,7 +316,7 @@ class Worker:
             signals=self.signals,
             beat=beat,
             on_message=recorder.on_message,
-            limit_of=self._limit_of(),
+            limit_of=self._limit_of(frozen.number, recorder.extra_attrs),
             on_step=lambda step: self._write_status("training", f"step {step}", step=step, **status),
         )
         self._current = (claimed.trial_id, settings, run_dir)
@@ -324,14 +327,27 @@ class Worker:
         if full:
             raise DiskFull(outcome.message.removeprefix("disk full: ").partition(" (")[0])
 
-    def _limit_of(self) -> Callable[[], int | None] | None:
-        """The phase's ``outpaced_from`` over its trials as they are now (None: the phase has none)."""
-        outpaced_from = self.options.outpaced_from
-        if outpaced_from is None:
+    def _limit_of(self, number: int, attrs: dict[str, Any]) -> Callable[[], int | None] | None:
+        """The step from which trial ``number`` stops, over the phase's trials as they are now:
+        the phase's ``outpaced_from``, or the step after its last eval once the phase's pruner
+        says prune (None: the phase has neither). The child learns it after that eval, so a pruned
+        trial stops at its next one; it stays pruned, and ``attrs`` (recorded with the trial) gets
+        ``pruned_at``, the eval the pruner judged."""
+        outpaced_from, pruner = self.options.outpaced_from, self.options.pruner
+        if outpaced_from is None and pruner is None:
             return None
 
         def limit() -> int | None:
-            return outpaced_from(with_retries(self.study.get_trials, False))
+            trials = with_retries(self.study.get_trials, False)
+            step = outpaced_from(trials) if outpaced_from is not None else None
+            if pruner is not None and "pruned_at" not in attrs:
+                own = next((t for t in trials if t.number == number), None)
+                if own is not None and own.intermediate_values and pruner.prune(self.study, own):
+                    attrs["pruned_at"] = max(own.intermediate_values)
+            if "pruned_at" in attrs:
+                after = int(attrs["pruned_at"]) + 1
+                step = after if step is None else min(step, after)
+            return step
 
         return limit
 

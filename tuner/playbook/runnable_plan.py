@@ -128,6 +128,27 @@ class PhasePlan:
         stored = self.stored
         return lambda trials: fit_step_to_beat(trials, stored)
 
+    def pruner(self) -> Any:
+        """Round 1's Optuna pruner (``rounds.round1.pruner``), asked at each of a trial's evals
+        (``WorkerOptions.pruner``); None: every trial trains to its length.
+
+        Its warm-up is a share of the length, not a step count: under a decaying schedule the
+        early evals understate a run, and a round's length changes with the budget. The median
+        rule waits for 4 completed trials and a third of the length; successive halving's first
+        rung is a ninth of it (two more at a third and at the end, a third kept at each)."""
+        spec = self.round_spec
+        if spec is None or spec.pruner == "none" or self.stored.fit is not None:
+            return None
+        import optuna
+
+        steps = self.stored.trial_steps
+        eval_every = int(self.stored.config.get("training", {}).get("eval_every") or 1)
+        if spec.pruner == "median":
+            return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=steps // 3)
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=max(eval_every, steps // 9), reduction_factor=3
+        )
+
     def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
         return TrialJob(
             spec=self.stored.trial_spec(slot, values),

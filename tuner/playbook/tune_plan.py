@@ -38,6 +38,9 @@ class Switches:
     #: round 1 at full length, its suggestions reported only (``--short-round1`` turns it off:
     #: round 1 at the file's fraction, searched again on its suggestions); ``FULL_LENGTH_ROUND1``
     full_length_round1: bool = True
+    #: the rounds' length when no LR fit within sweep-lr's cap, as a multiple of that cap (the
+    #: hidden ``--nothing-fits-scale``: an ablation of the outcome benchmark, docs/benchmarks.md)
+    nothing_fits_scale: float = 1.0
 
     @property
     def may_apply(self) -> bool:

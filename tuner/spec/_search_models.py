@@ -145,6 +145,10 @@ class RoundSpec(_Model):
     """Stop starting trials after this many hours of wall time."""
     stop_after_no_improvement: PositiveInt | None = None
     """Stop starting trials after N completed trials without a new best."""
+    pruner: Literal["none", "median", "successive-halving"] = "none"
+    """Round 1 only: stop trials early from their eval curves (Optuna's `MedianPruner` from a
+    third of the length, or `SuccessiveHalvingPruner` from a ninth, keeping a third at each
+    rung); `tune` spends the steps a stopped trial freed on more points."""
     top_k: PositiveInt = 3
     """Round N >= 2: how many of the previous round's best points it trains."""
     seeds: PositiveInt = 1
@@ -198,6 +202,16 @@ class RoundsSpec(_Model):
         if sorted(numbers) != expected:
             missing = sorted(set(range(3, max(numbers) + 1)) - set(numbers))
             raise ValueError(f"round{missing[0]} is missing: rounds are numbered without gaps")
+        return self
+
+    @model_validator(mode="after")
+    def _pruner_in_round1_only(self) -> RoundsSpec:
+        """A later round trains chosen points on several seeds: every run of them is a result."""
+        for key, value in (self.model_extra or {}).items():
+            if value.pruner != "none":
+                raise ValueError(f"{key}.pruner: only round 1 stops trials early (round1.pruner)")
+        if self.round2.pruner != "none":
+            raise ValueError("round2.pruner: only round 1 stops trials early (round1.pruner)")
         return self
 
     def get(self, number: int) -> RoundSpec | None:

@@ -111,7 +111,8 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
     found = production(context, loaded)
     if found is not None:
         return found
-    cap = int(next(d for d in context.state.decisions if d.stage == stage.key).numbers["cap"])
+    swept = int(next(d for d in context.state.decisions if d.stage == stage.key).numbers["cap"])
+    cap = max(1, round(swept * context.request.switches.nothing_fits_scale))
     # The cap even when the sweep saw validation peak early (its nothing-fits verdict's
     # noisy_labels_steps): measured on the outcome benchmark's noisy labels, rounds at 2 x that
     # best step gave no better test error for 3x the CPU (hundreds of tiny round-1 trials), and
@@ -131,10 +132,12 @@ def sweep(context: TuneContext, loaded: LoadedStudy) -> int:
         Decision(
             "max_train_steps_fallback",
             stage.key,
-            f"sweep-lr: no LR fit the training set within {cap} steps: the rounds train "
-            f"max_train_steps {cap}, the longest the sweep tried ({why})",
+            f"sweep-lr: no LR fit the training set within {swept} steps: the rounds train "
+            f"max_train_steps {cap}, "
+            + ("the longest the sweep tried" if cap == swept else f"{cap / swept:g} x the longest it tried")
+            + f" ({why})",
             numbers,
-            short=f"sweep-lr: no LR fit within {cap} steps: the rounds train {cap} steps"
+            short=f"sweep-lr: no LR fit within {swept} steps: the rounds train {cap} steps"
             + (f" (validation was best at step {early.best_step:g})" if early is not None else ""),
         )
     )
@@ -193,6 +196,7 @@ def note_best_before_fit(context: TuneContext, loaded: LoadedStudy, length: int)
 
 def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> LoadedStudy:
     """Round 1 decided (at full length by default: ``full_length``) and run; the study as it ran."""
+    from tuner.playbook.tune.freed_steps import spend_freed_steps
     from tuner.playbook.tune.full_length import decide_round1
 
     stage = context.state.stage(loaded.spec.name, round_phase(1))
@@ -203,6 +207,7 @@ def round1(context: TuneContext, loaded: LoadedStudy, length: int) -> LoadedStud
             context.decide(note)
         context.record(stage, decision)
     run_stage(context, stage)
+    spend_freed_steps(context, stage, lambda again: run_stage(context, again))
     return current_study(context)
 
 
