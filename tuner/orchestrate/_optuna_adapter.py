@@ -109,6 +109,17 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
     from tuner.orchestrate.retry_log import note_reread
 
     class _GapFreeProxy(optuna.storages.GrpcStorageProxy):
+        def _setup(self) -> None:
+            """Optuna's channel and stub, every call of which ends within ``grpc_call_timeout_s``."""
+            import grpc
+            from optuna.storages._grpc.auto_generated import api_pb2_grpc
+            from optuna.storages._grpc.client import GrpcClientCache
+
+            super()._setup()
+            bounded = grpc.intercept_channel(self._channel, _deadline(grpc_call_timeout_s()))
+            self._stub = api_pb2_grpc.StorageServiceStub(bounded)
+            self._cache = GrpcClientCache(self._stub)
+
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             trials = super().get_all_trials(study_id, deepcopy=deepcopy)
             if trials and trials[-1].number != len(trials) - 1:  # sorted by number
@@ -118,6 +129,48 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
             return trials if states is None else [t for t in trials if t.state in states]
 
     return _GapFreeProxy(host=host, port=port)
+
+
+#: how long a call through the gRPC proxy may take before it ends as ``DEADLINE_EXCEEDED``
+GRPC_CALL_TIMEOUT_ENV = "TUNER_GRPC_CALL_TIMEOUT_S"
+DEFAULT_GRPC_CALL_TIMEOUT_S = 60.0
+
+
+def grpc_call_timeout_s() -> float:
+    """``$TUNER_GRPC_CALL_TIMEOUT_S`` (60 s): a call through the proxy that has no answer by then
+    ends as ``DEADLINE_EXCEEDED``, an outage ``with_retries`` waits out (then one line, exit 2).
+
+    Why a deadline on every call (private: ``GrpcStorageProxy._setup``, ``_stub``, ``_cache``, Optuna
+    4.2 to 5.1): Optuna's client sets none, so a proxy that stops answering with its connection
+    open (a process stopped, a machine frozen, a request stuck behind the proxy's own lock) held
+    its workers inside a call for ever, silent. A proxy's call waits on the database at most
+    ``$TUNER_PHASE_LOCK_WAIT_S`` (30 s) for a lock (``locks.bound_lock_waits``): a 60 s deadline
+    lets one such wait finish and ends anything longer."""
+    from tuner.orchestrate.env_settings import seconds_setting
+
+    return seconds_setting(GRPC_CALL_TIMEOUT_ENV, DEFAULT_GRPC_CALL_TIMEOUT_S) or DEFAULT_GRPC_CALL_TIMEOUT_S
+
+
+def _deadline(timeout_s: float) -> Any:
+    """A gRPC client interceptor that gives each unary call without a timeout ``timeout_s``."""
+    import collections
+
+    import grpc
+
+    fields = ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+
+    class CallDetails(collections.namedtuple("CallDetails", fields), grpc.ClientCallDetails):  # type: ignore[misc]
+        pass
+
+    class Deadline(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+        def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            if details.timeout is None:
+                details = CallDetails(
+                    **{**{f: getattr(details, f, None) for f in fields}, "timeout": timeout_s}
+                )
+            return continuation(details, request)
+
+    return Deadline()
 
 
 def grpc_proxy_server(storage: Any, host: str, port: int, thread_pool: Any) -> Any:

@@ -142,9 +142,28 @@ def is_postgres(url: str) -> bool:
 
 def end_stalled_transactions(engine: Any) -> None:
     """Have the PostgreSQL server end each session of ``engine`` that sits idle inside a
-    transaction for ``lock_wait_s()`` (see the module docstring). Set when each connection is
-    made (``SET``, not a startup option: a connection pooler may refuse those); the pooled
-    connections made before, while Optuna created its tables, are dropped."""
+    transaction for ``lock_wait_s()`` (see the module docstring)."""
+    _set_on_each_connection(engine, "idle_in_transaction_session_timeout")
+
+
+def bound_lock_waits(engine: Any) -> None:
+    """Have each statement of ``engine``'s sessions wait at most ``lock_wait_s()`` for a row lock
+    another session holds, then fail (``lock_timeout``), instead of waiting for as long as that
+    session lives.
+
+    For the gRPC proxy: Optuna's cached storage holds one lock of its own, for every study, while
+    some of its database calls run (``set_trial_param``, reading a study's new trials). One such
+    call waiting on a trial's row, locked by a session whose client is frozen or gone (the server
+    keeps that session for as long as its TCP connection looks alive), held up every request of
+    every study behind it. Failed, the call is an error the worker retries (``with_retries``);
+    the proxy's lock is free again at once."""
+    _set_on_each_connection(engine, "lock_timeout")
+
+
+def _set_on_each_connection(engine: Any, setting: str) -> None:
+    """``SET setting = lock_wait_s()`` on each new connection of ``engine`` (``SET``, not a
+    startup option: a connection pooler may refuse those); the pooled connections made before
+    (while Optuna created its tables) are dropped."""
     from sqlalchemy import event
 
     timeout_ms = max(1000, round(lock_wait_s() * 1000))
@@ -154,7 +173,7 @@ def end_stalled_transactions(engine: Any) -> None:
         dbapi_connection.autocommit = True  # or the pool's rollback undoes the SET
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+            cursor.execute(f"SET {setting} = {timeout_ms}")
         finally:
             cursor.close()
             dbapi_connection.autocommit = autocommit

@@ -22,7 +22,7 @@ from typing import Any
 from tuner.errors import UsageError
 from tuner.orchestrate import _optuna_adapter as adapter
 from tuner.orchestrate._process import SignalFlag
-from tuner.orchestrate.locks import end_stalled_transactions
+from tuner.orchestrate.locks import bound_lock_waits, end_stalled_transactions
 from tuner.orchestrate.storage import _scrub, new_rdb_storage, quiet_optuna, redact_url
 from tuner.orchestrate.storage_url import Backend, parse_storage_url
 
@@ -83,6 +83,7 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
         raise UsageError(f"cannot open storage {redact_url(url)}: {_scrub(first, url)}") from None
     if parsed.backend is Backend.POSTGRESQL:
         end_stalled_transactions(rdb.engine)  # a proxy thread stalled mid-write frees its rows
+        bound_lock_waits(rdb.engine)  # and none waits on another session's row for ever
     return optuna.storages.get_storage(rdb), rdb.engine
 
 
