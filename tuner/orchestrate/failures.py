@@ -12,7 +12,8 @@ a retry that raises the very same exception is not retried again; other reasons 
 
 A failure of workload code that has since changed (its ``workload_code`` digest is not the one
 the workers run now) no longer stands: its slot is run again with a fresh set of retries, so a
-phase whose failure budget a bug spent goes on once the bug is fixed (``missing_retries``). So
+phase whose failure budget a bug spent goes on once the bug is fixed (``missing_retries``), once
+in each code the slot has not run yet (``codes_by_slot``). So
 does a broken workload's failure (``budget.BROKEN_ATTR``: its own error before the first step,
 never retried in the run that saw it) once a command opens another run window: the same command
 again tries it once more, as a user who thinks the error was passing expects.
@@ -29,7 +30,7 @@ from typing import Any
 
 from tuner._atomic import atomic_write_text
 from tuner.orchestrate import _optuna_adapter as adapter
-from tuner.orchestrate.budget import BROKEN_ATTR, final_failure, superseded
+from tuner.orchestrate.budget import BROKEN_ATTR, final_failure, slot_key, superseded
 from tuner.orchestrate.duplicates import counted, yield_duplicates
 from tuner.orchestrate.heartbeat import BeatWatch, StaleSuspects, has_heartbeat_table
 from tuner.orchestrate.locks import LostLocks, phase_lock
@@ -202,15 +203,30 @@ def missing_retries(trials: list[Any], code: str | None = None, window: float | 
 
     trials = counted(trials)
     replaced = superseded(trials)
+    ran = codes_by_slot(trials)
     return [
         t
         for t in trials
         if t.state == TrialState.FAIL
         and t.number not in replaced
         and (
-            t.user_attrs.get("retried") or stale_code(t, code, replaced) or stale_window(t, window, replaced)
+            t.user_attrs.get("retried")
+            or (stale_code(t, code, replaced) and code not in ran.get(slot_key(t)[0], ()))
+            or stale_window(t, window, replaced)
         )
     ]
+
+
+def codes_by_slot(trials: list[Any]) -> dict[int, set[str]]:
+    """Slot -> the workload digests its attempts ran. A slot is run again for a code change only
+    in code it has not run yet: two machines whose copies of the workload differ would otherwise
+    re-run each other's failures for ever (each sees the other's code as changed)."""
+    ran: dict[int, set[str]] = {}
+    for trial in trials:
+        digest = trial.user_attrs.get(CODE_ATTR)
+        if digest is not None:
+            ran.setdefault(slot_key(trial)[0], set()).add(str(digest))
+    return ran
 
 
 def stale_window(trial: Any, window: float | None, replaced: set[int]) -> bool:
@@ -261,10 +277,14 @@ def enqueue_missing_retries(
             "retries_used": int(failed.user_attrs.get("retries_used", 0)) + (not interrupted),
             "previous_error": failed.user_attrs.get("previous_error") if interrupted else error,
         }
+        changed = False
         if not failed.user_attrs.get("retried"):  # it no longer stands: retries start over
             user_attrs |= {"retries_used": 0, "previous_error": None}
-            user_attrs["code_changed" if stale_code(failed, code, set()) else "tried_again"] = True
-        if "run_dir" in failed.user_attrs:
+            changed = stale_code(failed, code, set())
+            user_attrs["code_changed" if changed else "tried_again"] = True
+        # a retry resumes from its predecessor's checkpoint; a run of changed code starts over
+        # in a folder of its own: that checkpoint holds the weights the old code trained
+        if "run_dir" in failed.user_attrs and not changed:
             user_attrs["resume_dir"] = failed.user_attrs["run_dir"]
         # what ``Study.enqueue_trial`` writes, in one call that tells us the new trial's id
         template = create_trial(
