@@ -5,7 +5,7 @@ points of the same round.
 The toy workload is told which learning rates fit the data and from which step
 (``fit_at_steps``): a trial at 0.1 has error 0 from step 10, one at 0.5 stays at the share of the
 other class. So once 4 trials have completed, half of them at each, the median rule must stop
-every later 0.5 trial (worse than the median at step 20) and no 0.1 trial."""
+every later 0.5 trial (worse than the median at step 10) and no 0.1 trial."""
 
 from __future__ import annotations
 
@@ -23,14 +23,16 @@ SPACE = {"optimizer.lr": {"type": "categorical", "choices": [GOOD, BAD]}}
 
 
 def _study(folder: Path, trials: int, pruner: str = "median") -> Path:
-    """Trials of 60 steps, an eval every 10; each step sleeps 20 ms, so the worker's verdict on
+    """Trials of 30 steps, an eval every 5; each step sleeps 40 ms, so the worker's verdict on
     an eval reaches the trial well before the next one (0.2 s later)."""
     path = toy_study(
         folder,
-        options={"fit_at_steps": [[GOOD, 10]], "step_sleep_s": 0.02},
+        options={"fit_at_steps": [[GOOD, 5]], "step_sleep_s": 0.04},
         search_space=SPACE,
-        round1={"trials": trials, "steps": 60, "pruner": pruner, "sampler": "random"},
-        max_train_steps=60,
+        round1={"trials": trials, "steps": 30, "pruner": pruner, "sampler": "random"},
+        max_train_steps=30,
+        eval_every=5,
+        log_every=5,
     )
     document = yaml.safe_load(path.read_text())
     document["rounds"]["round2"] = {"top_k": 1}
@@ -47,7 +49,7 @@ def test_the_median_rule_stops_the_trials_behind_and_none_ahead(tmp_path: Path, 
     trials = sorted(load_phase(sqlite_url(output_dir), "toy").trials, key=lambda t: t.number)
     assert len(trials) == 10
     # the median rule, by hand: a BAD trial is stopped once 4 trials have completed and at least
-    # as many of them are GOOD (error 0) as BAD (the median at step 20 is then below its error)
+    # as many of them are GOOD (error 0) as BAD (the median at step 10 is then below its error)
     good = bad = 0
     expected_pruned = []
     for trial in trials:
@@ -59,13 +61,13 @@ def test_the_median_rule_stops_the_trials_behind_and_none_ahead(tmp_path: Path, 
     assert expected_pruned  # the seed's draw has both kinds after the first 4
     for trial in trials:
         if trial.number in expected_pruned:
-            # judged at its first eval past a third of the length (20), stopped at the next one:
+            # judged at its first eval past a third of the length (10), stopped at the next one:
             # the worker learns the verdict after the eval it judged
-            assert trial.state.name == "PRUNED" and trial.user_attrs["pruned_at"] == 20, trial.user_attrs
-            assert 30 <= trial.user_attrs["final_step"] < 60  # 30 unless the machine stalls
+            assert trial.state.name == "PRUNED" and trial.user_attrs["pruned_at"] == 10, trial.user_attrs
+            assert 15 <= trial.user_attrs["final_step"] < 30  # 15 unless the machine stalls
         else:
-            assert trial.state.name == "COMPLETE" and trial.user_attrs["final_step"] == 60
-    assert re.search(r"stopped at step [345]0: pruned \(behind the others at step 20\)", done.stderr)
+            assert trial.state.name == "COMPLETE" and trial.user_attrs["final_step"] == 30
+    assert re.search(r"stopped at step (15|20|25): pruned \(behind the others at step 10\)", done.stderr)
 
 
 def test_a_later_round_cannot_prune(tmp_path: Path) -> None:
@@ -85,7 +87,7 @@ def test_a_later_round_cannot_prune(tmp_path: Path) -> None:
 def test_tune_spends_the_freed_steps_on_more_round1_points(tmp_path: Path, output_dir: Path) -> None:
     study = _study(tmp_path, trials=4)
     done = run_tuner(
-        "tune", str(study), "--budget", "720", "--no-extra-round", "--output-dir", str(output_dir),
+        "tune", str(study), "--budget", "360", "--no-extra-round", "--output-dir", str(output_dir),
         "--workers", "1", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -100,5 +102,5 @@ def test_tune_spends_the_freed_steps_on_more_round1_points(tmp_path: Path, outpu
     assert len(trials) == round1["trials"] > decided["numbers"]["trials"]
     # the round's share never grows: what is left of it holds less than one more trial
     assert round1["planned_steps"] == decided["numbers"]["steps"]
-    assert 0 <= round1["planned_steps"] - trained < 60
+    assert 0 <= round1["planned_steps"] - trained < 30
     assert json.loads(done.stdout)["delivered_model"]["phase"] == "round-2"
