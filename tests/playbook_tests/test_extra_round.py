@@ -75,3 +75,15 @@ def test_the_round_after_a_files_round_3_is_round_4() -> None:
         "kind": "longer", "round": 4, "top_k": 1, "seeds": 2, "steps_per_trial": 400, "trials": 2,
         "steps": 800,
     }  # fmt: skip
+
+
+def test_a_later_round_takes_no_more_points_than_the_round_before_completed() -> None:
+    """Round 1 completed 2 trials (its pruner stopped the rest): round 2 trains those 2, not the
+    file's 3, and round 3 (top 3 of round 2) no more than round 2's 2; unknown, the file's own."""
+    from tuner.playbook.budget import fit_later_rounds
+
+    rounds = [LaterRound(2, 3, 2, 1, 500), LaterRound(3, 3, 2, 1, 500)]
+    fitted = fit_later_rounds(100_000, rounds, fill_seeds=False, round1_trials=2)
+    assert [(r.number, r.top_k, r.seeds) for r in fitted] == [(2, 2, 2), (3, 2, 2)]
+    as_file = fit_later_rounds(100_000, rounds, fill_seeds=False, round1_trials=None)
+    assert [(r.top_k, r.seeds) for r in as_file] == [(3, 2), (3, 2)]

@@ -167,6 +167,7 @@ def fit_later_rounds(
     Raises ``UsageError`` when not even one run of the last round fits."""
     if not rounds:
         return []
+    rounds = _within_points(rounds, round1_trials)
     *fixed, last = rounds
     room = available - sum(r.cost for r in fixed)
     per_seed = last.top_k * last.multipliers * last.steps
@@ -187,6 +188,20 @@ def fit_later_rounds(
         f"the budget leaves {max(available, 0):,} steps for the rounds after round 1, and round "
         f"{last.number} needs at least {need:,} (one run of {last.steps} steps); raise --budget"
     )
+
+
+def _within_points(rounds: list[LaterRound], round1_trials: int | None) -> list[LaterRound]:
+    """Each round's ``top_k`` at most the points the round before has: round 1's completed
+    trials (``round1_trials``, when known), then the previous round's ``top_k``. Round 1 can
+    complete fewer than the file's ``top_k`` when its pruner stopped most of its trials, or
+    when some failed; round 2 then trains all it has rather than stop the procedure."""
+    points, fitted = round1_trials, []
+    for later in rounds:
+        if points is not None and later.top_k > points:
+            later = replace(later, top_k=max(1, points))
+        fitted.append(later)
+        points = later.top_k
+    return fitted
 
 
 @dataclass(frozen=True)
