@@ -223,3 +223,16 @@ def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_pat
         assert stale_trial_ids(storage, study) == []
         fail_trial(storage, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
         assert beat.ended_elsewhere.wait(30)
+
+
+def test_with_the_lock_a_claim_fills_the_hole_a_lockless_worker_left(tmp_path: Path) -> None:
+    """A worker through the proxy (no lock) took slot 2 of 4 first (it draws free slots at
+    random); a worker with the lock then takes 0, 1 and 3, the lowest free each time, never 4:
+    a round of fixed points has a plan for slots 0 to 3 only."""
+    storage, study, settings = claim_phase(tmp_path)
+    lockless = FailsOnceWithoutLock(storage, "no method")  # nothing fails: only the lock is missing
+    Claimer(lockless, study, lambda slot: blank_slot(2)).claim(settings)
+    for _ in range(3):
+        assert isinstance(Claimer(storage, study, blank_slot).claim(settings), Claimed)
+    assert sorted(t.user_attrs["slot"] for t in study.get_trials()) == [0, 1, 2, 3]
+    assert Claimer(storage, study, blank_slot).claim(settings).action == "wait"  # 4 of 4 running

@@ -76,7 +76,6 @@ class PhaseCounts:
     unproven: int = 0  # running trials that have not finished a training step yet
     broken: int = 0  # final failures of the workload's own error before their first step
     slots: int = 0  # slots started so far (a retry reuses its slot)
-    next_slot: int = 0  # the number the next new slot gets
     reasons: Counter[str] = field(default_factory=Counter)
     best_value: float | None = None
     best_number: int | None = None
@@ -164,7 +163,7 @@ def count_trials(trials: Iterable[Any], direction: str = "minimize") -> PhaseCou
                 counts.unproven += 1
         elif trial.state == TrialState.WAITING:
             counts.waiting += 1
-    counts.slots, counts.next_slot = len(slots), max(slots, default=-1) + 1
+    counts.slots = len(slots)
     counts.since_best = _since_best(finite, direction)
     return counts
 

@@ -230,7 +230,9 @@ class Claimer:
         if counts.slots >= settings.max_trials:
             return Decision(Action.WAIT, "another worker took the last waiting trial")
         spread = max(counts.running + 1, self._spread)
-        number = counts.next_slot if has_lock(self.storage) else _spread_slot(trials, spread, settings)
+        number = (
+            _first_free_slot(trials) if has_lock(self.storage) else _spread_slot(trials, spread, settings)
+        )
         slot = self.new_slot(number)
         template = create_trial(
             state=TrialState.WAITING,
@@ -279,6 +281,15 @@ def _is_ours(trial: Any, token: str, *, trust_token: bool) -> bool:
     if owner is not None or trial.user_attrs.get(TOKEN_ATTR) != token:
         return owner == token
     return trial.state == TrialState.WAITING or (trust_token and trial.state == TrialState.RUNNING)
+
+
+def _first_free_slot(trials: list[Any]) -> int:
+    """Under the lock, the lowest slot no trial has: not the highest + 1. Workers without the
+    lock (through the gRPC proxy) in the same phase take free slots at random (``_spread_slot``)
+    and may leave a hole below the highest; a slot past the budget's last would have no point
+    in a round of fixed points (its plan holds slots 0 to N-1), and the hole none at all."""
+    used = {slot_key(t)[0] for t in trials}
+    return next(slot for slot in range(len(used) + 1) if slot not in used)
 
 
 def _spread_slot(trials: list[Any], spread: int, settings: PhaseSettings) -> int:

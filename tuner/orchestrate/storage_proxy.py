@@ -35,6 +35,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 WORKERS_PER_THREAD = 100
 MIN_THREADS, MAX_THREADS = 8, 64
 STOP_GRACE_S = 10.0  # on Ctrl-C, requests in flight get this long to finish
+OPEN_TRIES = 6  # opening the database, when the server ends the connection meanwhile (~15 s)
 
 
 def threads_for(expected_workers: int) -> int:
@@ -67,7 +68,7 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
     if parsed.in_memory:
         raise UsageError(f"--storage {redact_url(url)} is an in-memory database: give postgresql://...")
     try:
-        rdb = new_rdb_storage(
+        rdb = _open_database(
             parsed.url,
             engine_kwargs={
                 "pool_size": threads,
@@ -85,6 +86,34 @@ def _backend(url: str, threads: int) -> tuple[Any, Any]:
         end_stalled_transactions(rdb.engine)  # a proxy thread stalled mid-write frees its rows
         bound_lock_waits(rdb.engine)  # and none waits on another session's row for ever
     return optuna.storages.get_storage(rdb), rdb.engine
+
+
+def _open_database(url: str, engine_kwargs: dict[str, Any]) -> Any:
+    """Optuna's ``RDBStorage`` of ``url``; opened again (up to ``OPEN_TRIES`` times) when the
+    server ended the connection while it was being opened (a proxy restarted while the database
+    cuts connections: an administrator's ``pg_terminate_backend``, a failover). A server that
+    does not answer at all is one line at once, as any wrong address is."""
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import OperationalError
+
+    tries = 0
+    while True:
+        try:
+            return new_rdb_storage(url, engine_kwargs=engine_kwargs)
+        except (OperationalError, StorageInternalError) as error:
+            tries += 1
+            if not _ended_by_the_server(error) or tries >= OPEN_TRIES:
+                raise
+            time.sleep(0.5 * 2 ** (tries - 1))
+
+
+def _ended_by_the_server(error: BaseException | None) -> bool:
+    """The error, or one it was raised from, says the server ended the connection."""
+    while error is not None:
+        if "terminating connection" in str(error) or "server closed the connection" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _check_port_free(host: str, port: int) -> None:
