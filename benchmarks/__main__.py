@@ -16,6 +16,7 @@ from benchmarks import (
     checkpoint_cost,
     cli_startup,
     fleet,
+    fleet_faults,
     ghost_batch_norm,
     hf_step_time,
     input_pipeline,
@@ -40,6 +41,7 @@ BENCHMARKS = (
     orchestration,
     worker_profile,  # where a worker's time goes (cProfile): no targets
     fleet,  # ~10 minutes: up to 32 workers, and phases of 1,000 running trials
+    fleet_faults,  # ~3 minutes: 200 slots on 8 workers under every fault at once (PostgreSQL)
     report,
     calibrate_ranges,  # ~3 minutes: how often the range verdict moves a range wrongly
     calibrate_lengths,  # ~30 seconds: the same for the length verdict

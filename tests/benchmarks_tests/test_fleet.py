@@ -36,3 +36,14 @@ def test_quantiles_of_few_values() -> None:
     assert _quantile(values, 0.5) == pytest.approx(50.5, abs=0.5)
     assert _quantile(values, 0.99) == pytest.approx(99.0, abs=0.5)
     assert _quantile([0.3], 0.99) == 0.3
+
+
+def test_the_fleet_faults_benchmark_reads_the_line_the_fleet_test_prints() -> None:
+    from benchmarks.fleet_faults import LINE
+
+    line = (
+        "fleet: 24 slots completed once each; 28 trials (0 killed and retried, 3 duplicates set "
+        "aside); 76 connections cut; longest stall of a worker 9.1 s"
+    )
+    found = LINE.search(line)
+    assert found is not None and found.groups() == ("24", "28", "76", "9.1")
