@@ -128,7 +128,7 @@ def test_a_phase_where_every_trial_diverges_completes() -> None:
 
 def test_the_wall_time_budget_stops_new_trials_and_says_so_with_the_numbers() -> None:
     settings = PhaseSettings.build(20, timeout_h=0.5, config_key="rounds.round1")
-    counts = PhaseCounts(completed=11, failed=1, slots=12, next_slot=12)
+    counts = PhaseCounts(completed=11, failed=1, slots=12)
     now = 1_000_000.0
     assert decide(counts, settings, window_started_at=now - 1799, now=now).action == "start"
     stopped = decide(counts, settings, window_started_at=now - 1800, now=now)
@@ -138,7 +138,7 @@ def test_the_wall_time_budget_stops_new_trials_and_says_so_with_the_numbers() ->
         "after 12 of 20 trials; run the same command again to continue"
     )
     # running trials finish first; a waiting retry does not start either
-    running = PhaseCounts(completed=10, running=1, waiting=1, slots=12, next_slot=12)
+    running = PhaseCounts(completed=10, running=1, waiting=1, slots=12)
     waiting = decide(running, settings, window_started_at=now - 3600, now=now)
     assert waiting.action == "wait" and "0.5 h wall-time budget" in waiting.reason
     # a phase started before run windows existed has no wall-time budget to run out
@@ -220,4 +220,4 @@ def test_only_completed_finite_trials_count_towards_no_improvement() -> None:
     assert decide(counts, settings).action == "start"
     # nothing completed yet: no best to beat, nothing to stop
     assert count_trials([_trial(0, "FAIL", failure_reason="diverged")]).since_best == 0
-    assert decide(PhaseCounts(slots=1, diverged=1, next_slot=1), settings).action == "start"
+    assert decide(PhaseCounts(slots=1, diverged=1), settings).action == "start"
