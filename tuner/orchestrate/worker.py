@@ -341,8 +341,8 @@ class Worker:
             trials = with_retries(self.study.get_trials, False)
             step = outpaced_from(trials) if outpaced_from is not None else None
             if pruner is not None and "pruned_at" not in attrs:
-                own = next((t for t in trials if t.number == number), None)
-                if own is not None and own.intermediate_values and pruner.prune(self.study, own):
+                own = next((t for t in trials if t.number == number and t.intermediate_values), None)
+                if own is not None and with_retries(pruner.prune, self.study, own):  # it reads the storage
                     attrs["pruned_at"] = max(own.intermediate_values)
             if "pruned_at" in attrs:
                 after = int(attrs["pruned_at"]) + 1
