@@ -95,6 +95,7 @@ SLOWEST_FILES = (
     "orchestrate_tests/test_chaos.py",  # 43 s
     "train_tests/test_input_pipeline.py",  # 43 s
     "cli_tests/test_tune_next_study.py",  # 36 s
+    "orchestrate_tests/test_round1_pruner.py",  # 40 s (2026-12-07, alone)
     "orchestrate_tests/test_view_faults.py",  # 33 s
     "cli_tests/test_tune_extra_round.py",  # 32 s
     "cli_tests/test_tune_own_settings.py",  # 32 s
@@ -102,6 +103,7 @@ SLOWEST_FILES = (
     "orchestrate_tests/test_protocol.py",  # 28 s
     "report_tests/test_end_to_end.py",  # 28 s
     "orchestrate_tests/test_scale.py",  # 27 s
+    "orchestrate_tests/test_fleet_under_faults.py",  # 25 s (2026-12-07, alone)
     "orchestrate_tests/test_disk_full.py",  # 27 s
     "orchestrate_tests/test_stop_signals.py",  # 26 s
     "playbook_tests/test_rounds.py",  # 25 s
@@ -112,6 +114,7 @@ SLOWEST_FILES = (
     "orchestrate_tests/test_failure_reasons.py",  # 19 s
     "train_tests/test_cli_resume.py",  # 18 s
     "orchestrate_tests/test_stall_watchdog.py",  # 17 s
+    "orchestrate_tests/test_grpc_stalls.py",  # 17 s (2026-12-07, alone)
     "orchestrate_tests/test_secrets.py",  # 16 s
     "train_tests/test_train_command.py",  # 15 s
     "cli_tests/test_storage_proxy.py",  # 15 s
