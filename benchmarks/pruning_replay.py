@@ -21,7 +21,6 @@ import argparse
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 TOP = 3  # round 2's top_k in the benchmark's studies
 
@@ -42,17 +41,6 @@ class Replay:
     top_stopped: int  # of the TOP best runs
 
 
-def _pruner(kind: str, length: int, eval_every: int) -> Any:
-    """The pruner as ``PhasePlan.pruner`` builds it for a round of ``length`` steps."""
-    import optuna
-
-    if kind == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=length // 3)
-    return optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=max(eval_every, length // 9), reduction_factor=3
-    )
-
-
 def round1_curves(storage_url: str, study: str) -> tuple[list[Curve], str]:
     """Round 1's completed trials of ``study`` in trial order, and the objective's direction."""
     import optuna
@@ -70,11 +58,13 @@ def replay(curves: list[Curve], direction: str, kind: str) -> Replay:
     """The round again with a pruner: each trial reports its evals in order until it is pruned."""
     import optuna
 
+    from tuner.playbook.runnable_plan import round1_pruner
+
     length = max(max(c.evals) for c in curves)
     steps = sorted(curves[0].evals)
     eval_every = steps[1] - steps[0] if len(steps) > 1 else steps[0]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction=direction, pruner=_pruner(kind, length, eval_every))
+    study = optuna.create_study(direction=direction, pruner=round1_pruner(kind, length, eval_every))
     stopped: set[int] = set()
     trained = 0
     for curve in curves:

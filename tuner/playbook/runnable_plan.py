@@ -139,15 +139,8 @@ class PhasePlan:
         spec = self.round_spec
         if spec is None or spec.pruner == "none" or self.stored.fit is not None:
             return None
-        import optuna
-
-        steps = self.stored.trial_steps
         eval_every = int(self.stored.config.get("training", {}).get("eval_every") or 1)
-        if spec.pruner == "median":
-            return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=steps // 3)
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=max(eval_every, steps // 9), reduction_factor=3
-        )
+        return round1_pruner(spec.pruner, self.stored.trial_steps, eval_every)
 
     def make_job(self, slot: int, values: dict[str, Any], run_dir: Path) -> TrialJob:
         return TrialJob(
@@ -164,6 +157,18 @@ class PhasePlan:
             attrs=self.stored.slot_attrs(slot),
             extra_callbacks=self.fit_callbacks,
         )
+
+
+def round1_pruner(kind: str, steps: int, eval_every: int) -> Any:
+    """Optuna's pruner ``kind`` (``median``, ``successive-halving``) for a round of ``steps``-step
+    trials evaluated every ``eval_every`` (see ``PhasePlan.pruner``; ``benchmarks/pruning_replay``
+    replays the same on finished curves)."""
+    import optuna
+
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=steps // 3)
+    first_rung = max(eval_every, steps // 9)
+    return optuna.pruners.SuccessiveHalvingPruner(min_resource=first_rung, reduction_factor=3)
 
 
 def phase_plan(loaded: LoadedStudy, stored: StoredPlan, output_dir: Path) -> PhasePlan:
