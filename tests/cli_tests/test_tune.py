@@ -293,6 +293,8 @@ def test_tune_takes_a_failure_budget_for_each_phase_and_says_so(tmp_path: Path) 
     assert said.count("0 failed (limit 7)") >= 2 and "limit 1)" not in said  # round 1 and round 2 both
     refused = invoke("tune", str(path), "--budget", "200", "--max-failed", "0", "--dry-run")
     assert single_error(refused) == "--max-failed 0: must be 1 or more"
+    refused = invoke("tune", str(path), "--budget", "200", "--nothing-fits-scale", "0", "--dry-run")
+    assert single_error(refused) == "--nothing-fits-scale 0: between 0.1 and 10"
 
 
 def test_a_search_seed_is_a_fresh_search_beside_the_first_that_the_same_command_continues(
