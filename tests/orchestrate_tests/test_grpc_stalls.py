@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests._processes import kill_group
+from tests._processes import kill_group, wait_for
 from tests.orchestrate_tests.conftest import serving_proxy, tuner_env
 
 pytestmark = pytest.mark.postgres
@@ -37,6 +37,15 @@ def _held_row(postgres_url: str, trial_id: int) -> Any:
     holder = psycopg.connect(plain)
     holder.execute("SELECT trial_id FROM trials WHERE trial_id = %s FOR UPDATE", (trial_id,))
     return holder
+
+
+def _waiting_on_a_lock(postgres_url: str) -> bool:
+    """Whether a session of the server waits on a lock (the proxy's write, held up by the row)."""
+    import psycopg
+
+    with psycopg.connect(postgres_url.replace("postgresql+psycopg://", "postgresql://")) as probe:
+        row = probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0])
 
 
 def test_a_row_locked_for_ever_stalls_one_call_for_the_lock_wait_and_no_other_study(
@@ -69,7 +78,8 @@ def test_a_row_locked_for_ever_stalls_one_call_for_the_lock_wait_and_no_other_st
 
             writer = threading.Thread(target=write_the_locked_trial, daemon=True)
             writer.start()
-            time.sleep(1.0)  # the write now waits on the row, inside the proxy's own lock
+            # the write waits on the row, inside the proxy's own lock, before the other study reads
+            wait_for(lambda: _waiting_on_a_lock(postgres_url) or outcome, what="the write to wait on the row")
             reader = threading.Thread(
                 target=lambda: outcome.update(read=len(other.get_trials())), daemon=True
             )
