@@ -23,7 +23,9 @@ never reused. Optuna's tables are never written by hand: every row comes from Op
 Measured as whole commands (a fresh process each, imports included), interleaved over
 ``ROUNDS`` rounds in alternating order, medians:
 
-- ``python -m tuner report digits-mlp --json --storage sqlite:///FILE``: target < 2 s;
+- ``python -m tuner report digits-mlp --json --storage sqlite:///FILE``: target at least
+  ``RATIO_TARGET`` times faster than the baseline below, paired round by round (an absolute
+  figure would measure this machine's speed of the day);
 - the same with ``--html OUT.html`` (terminal report + HTML file): target < 10 s and < 15 MB;
 - the baseline: a process running ``optuna.load_study`` + ``study.trials_dataframe()`` on the
   same file (what a user scripting Optuna does to look at a study), and the ratio.
@@ -66,7 +68,7 @@ EVAL_EVERY = 100
 ROUNDS = 3
 STUDY = "digits-mlp"
 PHASE = "round-1"
-JSON_TARGET_S = 2.0
+RATIO_TARGET = 10.0  # Optuna's load_study + trials_dataframe / tuner report --json, same run
 HTML_TARGET_S = 10.0
 HTML_TARGET_MB = 15.0
 GENERATOR_VERSION = 1  # bump when the generated study changes: the cached file is then rebuilt
@@ -365,10 +367,10 @@ def run() -> list[Result]:
         f"[{load()}]"
     )
     results = [
-        Result(NAME, "tuner report --json, 10k trials", json_s, "{:.2f} s", f"< {JSON_TARGET_S:g} s",
-               json_s < JSON_TARGET_S),
+        Result(NAME, "tuner report --json, 10k trials", json_s, "{:.2f} s"),
         Result(NAME, "optuna load_study + trials_dataframe", optuna_s, "{:.2f} s"),
-        Result(NAME, "optuna / tuner report --json", ratio.median, "{:.1f}x"),
+        Result(NAME, "optuna / tuner report --json", ratio.median, "{:.1f}x", f">= {RATIO_TARGET:g}x",
+               ratio.median >= RATIO_TARGET),
     ]  # fmt: skip
     html_s = median(times["tuner report --html"])
     html_spread = spread(times["tuner report --html"])

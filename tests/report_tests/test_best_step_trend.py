@@ -10,9 +10,12 @@ page (``benchmarks/calibrate_lengths.py``).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from tests.report_tests.builders import add_trial, study
 from tests.report_tests.test_verdicts import LR, kinds, only, report_of
@@ -150,3 +153,38 @@ def test_runs_too_long_are_not_falling_late_though_their_middle_falls(tmp_path: 
     assert best_step.late_trend.falling  # the middle falls...
     assert "best_step_early" in kinds(best_step.findings)
     assert best_step.falling_late is None  # ... but the length is too long
+
+
+def test_the_pooled_trend_is_a_regression_with_one_level_per_trial_and_scipys_t() -> None:
+    """The slope, its one-sided p-values and their degrees of freedom are those of a least-squares
+    fit with a level per trial and one shared slope, read against ``scipy.stats.t`` (the module
+    computes it with ``scipy.special`` alone)."""
+    import numpy as np
+    from scipy import stats
+
+    from tuner.playbook.curve_trend import late_trend
+
+    rng = random.Random(3)
+    curves = [
+        {
+            s: 0.5 - 0.0004 * s + 0.02 * k + rng.gauss(0.0, 0.01)
+            for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)
+        }
+        for k in range(4)
+    ]
+    trend = late_trend(curves, STEPS, "minimize")
+    rows, errors = [], []
+    for k, curve in enumerate(curves):
+        for step, value in curve.items():
+            if 0.5 * STEPS < step <= 0.75 * STEPS:
+                rows.append([step / STEPS] + [1.0 if j == k else 0.0 for j in range(len(curves))])
+                errors.append(value)
+    x, y = np.array(rows), np.array(errors)
+    coef, residual, *_ = np.linalg.lstsq(x, y, rcond=None)
+    freedom = len(y) - x.shape[1]
+    covariance = residual[0] / freedom * np.linalg.inv(x.T @ x)
+    t_value = coef[0] / math.sqrt(covariance[0, 0])
+    assert trend.change == pytest.approx(coef[0], rel=1e-9)
+    assert trend.p_falling == pytest.approx(stats.t.cdf(t_value, freedom), rel=1e-9)
+    assert trend.p_rising == pytest.approx(stats.t.sf(t_value, freedom), rel=1e-9)
+    assert trend.falling

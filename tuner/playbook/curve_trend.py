@@ -93,7 +93,9 @@ def _errors(curve: Mapping[int, float], trial_steps: int, direction: str, keep) 
 
 
 def _pooled(stretch: str, segments: list[list[tuple[float, float]]]) -> CurveTrend:
-    from scipy import stats
+    # Student's t from ``scipy.special`` (``stats.t.cdf(x, df)`` is ``stdtr(df, x)``): importing
+    # ``scipy.stats`` costs about half a second, paid by every ``tuner report``
+    from scipy.special import stdtr
 
     sxx = sxy = 0.0
     groups: list[list[tuple[float, float]]] = []
@@ -116,6 +118,6 @@ def _pooled(stretch: str, segments: list[list[tuple[float, float]]]) -> CurveTre
     if spread == 0:
         p_falling, p_rising = (0.0, 1.0) if slope < 0 else (1.0, 0.0) if slope > 0 else (1.0, 1.0)
     else:
-        p_falling = float(stats.t.cdf(slope / spread, freedom))
-        p_rising = float(stats.t.sf(slope / spread, freedom))
+        p_falling = float(stdtr(freedom, slope / spread))
+        p_rising = float(stdtr(freedom, -slope / spread))
     return CurveTrend(stretch, len(groups), evals, slope, p_falling, p_rising)

@@ -14,6 +14,8 @@ the band is then wider than the real noise (cautious: it calls fewer reversals, 
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -97,10 +99,24 @@ def binomial_band(value: float, examples: int | None) -> Band | None:
     """The Wilson interval of ``value`` as a share of ``examples``; None if either is unknown."""
     if examples is None or examples <= 0 or not 0.0 <= value <= 1.0:
         return None
-    from scipy.stats import binomtest
+    return Band(*wilson_interval(round(value * examples), examples))
 
-    interval = binomtest(round(value * examples), examples).proportion_ci(CONFIDENCE, method="wilson")
-    return Band(float(interval.low), float(interval.high))
+
+def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
+    """The two-sided ``CONFIDENCE`` Wilson score interval of ``successes`` in ``trials``: what
+    ``scipy.stats.binomtest(...).proportion_ci(method="wilson")`` returns (Newcombe's formula, as
+    scipy writes it), with ``scipy.special`` only: importing ``scipy.stats`` costs about half a
+    second of every ``tuner report``."""
+    from scipy.special import ndtri
+
+    z = float(ndtri(0.5 + 0.5 * CONFIDENCE))
+    p = successes / trials
+    denom = 2 * (trials + z**2)
+    center = (2 * trials * p + z**2) / denom
+    delta = z / denom * math.sqrt(4 * trials * p * (1 - p) + z**2)
+    low = 0.0 if successes == 0 else center - delta
+    high = 1.0 if successes == trials else center + delta
+    return low, high
 
 
 def seed_band(values: list[float]) -> Band | None:
@@ -116,10 +132,15 @@ def eval_examples(phase: PhaseData) -> int | None:
     if phase.plan is None or not is_proportion(phase.metric):
         return None
     split = phase.metric.rsplit("/", 1)[0]
+    absent: set[str] = set()  # phase folders not on this machine: none of their runs is here
     for slot in phase.completed:
-        status = read_status(slot.run_dir) if slot.run_dir is not None else None
+        if slot.run_dir is None or os.path.dirname(slot.run_dir) in absent:
+            continue
+        status = read_status(slot.run_dir)
         if isinstance(status, dict):
             return _examples(status, split)
+        if not os.path.isdir(os.path.dirname(slot.run_dir)):
+            absent.add(os.path.dirname(slot.run_dir))
     return None
 
 
