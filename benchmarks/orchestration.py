@@ -13,6 +13,12 @@ Efficiency = ideal (ceil(trials / 2) x busy_s) / wall. The figure with a target 
 ours to the fair baseline measured in the same run (the plain script that takes a torch step):
 an absolute efficiency would mostly measure how long this machine takes to import torch.
 
+Start-up, side by side: from the launch to the end of the first trial, ours against the plain
+script with torch, in the same run (the target: at most ``FIRST_TRIAL_MARGIN_S`` more). Both first
+trials spin ``busy_s``; the plain script imports ``torch._dynamo`` inside its first trial (at the
+optimizer's first step), a worker before it claims one, so a trial's start would compare unlike
+things, and an absolute figure would mostly time this machine's import of torch.
+
 Per-trial overhead, from the storage: a trial's wall (claim to tell) minus ``busy_s``, and minus
 the time its process spent inside ``run_training`` (``train_s``: what the orchestrator alone adds).
 
@@ -40,7 +46,11 @@ WORKERS = 2
 STEPS = 10
 RATIO_TARGET = 0.95  # tuner / plain Optuna with a torch step, at 1 s trials
 OVERHEAD_TARGET_S = 0.05  # a trial's wall (claim to tell) minus its objective, median
-FIRST_TRIAL_TARGET_S = 2.0  # from the command's launch to the first trial's start
+# from the command's launch to the end of the first trial, beyond the plain script's own (with its
+# torch import) measured in the same run: an absolute figure would mostly time torch's import.
+# To the end, not the start: the plain script imports ``torch._dynamo`` inside its first trial
+# (at the first optimizer step), a worker before it claims one; both first trials spin ``busy_s``
+FIRST_TRIAL_MARGIN_S = 0.5
 
 _OPTUNA_SCRIPT = """
 import sys, time, optuna
@@ -96,13 +106,17 @@ def _run_ours(folder: Path, busy_s: float, trials: int) -> tuple[float, float, l
     )
 
 
-def _run_plain_optuna(folder: Path, busy_s: float, trials: int, *, with_torch: bool) -> tuple[float, float]:
+def _run_plain_optuna(
+    folder: Path, busy_s: float, trials: int, *, with_torch: bool
+) -> tuple[float, float, float]:
+    """(wall, CPU of the processes, seconds from launch to the first trial's end)."""
     import optuna
 
     url = f"sqlite:///{folder / ('plain-torch.db' if with_torch else 'plain.db')}"
     optuna.create_study(study_name="plain", storage=url)  # the schema exists before the race
     per_process = math.ceil(trials / WORKERS)
     cpu = _children_cpu_s()
+    launched = datetime.datetime.now()  # the clock Optuna stamps trials with
     elapsed = stopwatch()
     processes = [
         subprocess.Popen(
@@ -112,7 +126,10 @@ def _run_plain_optuna(folder: Path, busy_s: float, trials: int, *, with_torch: b
     ]
     for process in processes:
         process.wait()
-    return elapsed(), _children_cpu_s() - cpu
+    wall, cpu = elapsed(), _children_cpu_s() - cpu
+    trials = optuna.load_study(study_name="plain", storage=url).trials
+    first_end = min(t.datetime_complete for t in trials if t.datetime_complete is not None)
+    return wall, cpu, (first_end - launched).total_seconds()
 
 
 def _overheads(trials: list[Any], busy_s: float) -> dict[str, list[float]]:
@@ -147,8 +164,10 @@ def run(trials: int = TRIALS) -> list[Result]:
         ideal = math.ceil(trials / WORKERS) * busy_s
         with tempfile.TemporaryDirectory(prefix="tuner-bench-") as tmp:
             ours_wall, ours_cpu, ours_trials, launched = _run_ours(Path(tmp), busy_s, trials)
-            plain_wall, plain_cpu = _run_plain_optuna(Path(tmp), busy_s, trials, with_torch=False)
-            torch_wall, torch_cpu = _run_plain_optuna(Path(tmp), busy_s, trials, with_torch=True)
+            plain_wall, plain_cpu, _ = _run_plain_optuna(Path(tmp), busy_s, trials, with_torch=False)
+            torch_wall, torch_cpu, torch_first_s = _run_plain_optuna(
+                Path(tmp), busy_s, trials, with_torch=True
+            )
         ours, plain, plain_torch = ideal / ours_wall, ideal / plain_wall, ideal / torch_wall
         # from the first trial's start to the last one's end: the command's start-up (workers
         # importing torch, ~4 s of CPU each here) and shutdown left out
@@ -156,11 +175,14 @@ def run(trials: int = TRIALS) -> list[Result]:
         span = max(t.datetime_complete for t in ours_trials) - first_start
         steady = ideal / span.total_seconds()
         to_first_trial_s = (first_start - launched).total_seconds()
+        first_end = min(t.datetime_complete for t in ours_trials if t.datetime_complete is not None)
+        to_first_end_s = (first_end - launched).total_seconds()
         overheads = _overheads(ours_trials, busy_s)
         print(
             f"  {busy_s:g} s trials: ideal {ideal:.1f}s; tuner {ours_wall:.1f}s (efficiency {ours:.3f}; "
             f"{steady:.3f} from first trial start to last trial end; first trial started after "
-            f"{to_first_trial_s:.2f}s), plain optuna {plain_wall:.1f}s (efficiency {plain:.3f}), "
+            f"{to_first_trial_s:.2f}s and ended after {to_first_end_s:.2f}s, the plain script with torch's "
+            f"ended after {torch_first_s:.2f}s), plain optuna {plain_wall:.1f}s (efficiency {plain:.3f}), "
             f"plain optuna with a torch step {torch_wall:.1f}s (efficiency {plain_torch:.3f}); "
             f"tuner/optuna {ours / plain:.3f}, tuner/optuna with torch {ours / plain_torch:.3f}  [{load()}]\n"
             f"    CPU beyond the objectives: tuner {ours_cpu - trials * busy_s:.1f}s "
@@ -193,11 +215,19 @@ def run(trials: int = TRIALS) -> list[Result]:
             ),
             Result(
                 NAME,
-                f"start-up to the first trial, {tag}",
-                to_first_trial_s,
+                f"launch to the first trial's end, beyond the plain script's, {tag}",
+                to_first_end_s - torch_first_s,
+                "{:+.2f} s",
+                f"<= +{FIRST_TRIAL_MARGIN_S} s" if targeted else "",
+                to_first_end_s - torch_first_s <= FIRST_TRIAL_MARGIN_S if targeted else None,
+            ),
+            Result(NAME, f"launch to the first trial's start, {tag}", to_first_trial_s, "{:.2f} s"),
+            Result(NAME, f"launch to the first trial's end, {tag}", to_first_end_s, "{:.2f} s"),
+            Result(
+                NAME,
+                f"plain script + torch, launch to the first trial's end, {tag}",
+                torch_first_s,
                 "{:.2f} s",
-                f"<= {FIRST_TRIAL_TARGET_S} s" if targeted else "",
-                to_first_trial_s <= FIRST_TRIAL_TARGET_S if targeted else None,
             ),
             Result(NAME, f"efficiency, {tag}", ours, "{:.3f}"),
             Result(NAME, f"efficiency after start-up, {tag}", steady, "{:.3f}"),
