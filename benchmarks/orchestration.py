@@ -177,6 +177,9 @@ def run(trials: int = TRIALS) -> list[Result]:
         to_first_trial_s = (first_start - launched).total_seconds()
         first_end = min(t.datetime_complete for t in ours_trials if t.datetime_complete is not None)
         to_first_end_s = (first_end - launched).total_seconds()
+        # from the last trial's end to the command's exit: the workers seeing the round done, the
+        # command's summary, the zygote's exit
+        after_last_s = ours_wall - (max(t.datetime_complete for t in ours_trials) - launched).total_seconds()
         overheads = _overheads(ours_trials, busy_s)
         print(
             f"  {busy_s:g} s trials: ideal {ideal:.1f}s; tuner {ours_wall:.1f}s (efficiency {ours:.3f}; "
@@ -184,6 +187,7 @@ def run(trials: int = TRIALS) -> list[Result]:
             f"{to_first_trial_s:.2f}s and ended after {to_first_end_s:.2f}s, the plain script with torch's "
             f"ended after {torch_first_s:.2f}s), plain optuna {plain_wall:.1f}s (efficiency {plain:.3f}), "
             f"plain optuna with a torch step {torch_wall:.1f}s (efficiency {plain_torch:.3f}); "
+            f"tuner exited {after_last_s:.2f}s after its last trial ended; "
             f"tuner/optuna {ours / plain:.3f}, tuner/optuna with torch {ours / plain_torch:.3f}  [{load()}]\n"
             f"    CPU beyond the objectives: tuner {ours_cpu - trials * busy_s:.1f}s "
             f"({(ours_cpu - trials * busy_s) / trials * 1e3:.0f} ms a trial, start-up included), "
@@ -229,6 +233,7 @@ def run(trials: int = TRIALS) -> list[Result]:
                 torch_first_s,
                 "{:.2f} s",
             ),
+            Result(NAME, f"last trial's end to the command's exit, {tag}", after_last_s, "{:.2f} s"),
             Result(NAME, f"efficiency, {tag}", ours, "{:.3f}"),
             Result(NAME, f"efficiency after start-up, {tag}", steady, "{:.3f}"),
             Result(NAME, f"plain optuna efficiency, {tag}", plain, "{:.3f}"),

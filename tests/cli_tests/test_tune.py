@@ -1,8 +1,8 @@
 """``tuner tune STUDY --budget N``: the whole procedure within one budget, end to end, and the
 same command continuing it after Ctrl-C, kill -9, a larger budget or a fixed bug in the workload.
 
-Real runs on the toy workload with budgets of a few hundred steps: round 1 of 10-step trials,
-round 2 at the full 40 steps.
+Real runs on the toy workload with budgets of 80 to 240 steps: trials of the full 40 steps (round
+1 at full length, tune's default), round 2 of one point (``top_k: 1``) wherever a test needs no more.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cli_tests._tune_support import state, trained_steps, tune_args, tune_study
 from tests.orchestrate_tests.conftest import (
@@ -124,10 +125,14 @@ def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
     """Stopped while round 1 runs (some trials done, others to start): by Ctrl-C (exit 130, the
     running trial checkpoints where it is) or by kill -9 of every process (the kernel's way). The
     same command then finishes the round and delivers the model within the budget; after Ctrl-C
-    no step is trained twice (the interrupted trial resumes at the step it reached)."""
+    no step is trained twice (the interrupted trial resumes at the step it reached). Budget 200:
+    round 2 of one point on 2 seeds (80 steps), round 1 the 3 trials of 40 steps left (120)."""
     path = toy_study(tmp_path, round1={"steps": 20, "trials": 4}, options={"step_sleep_s": 0.05})
+    document = yaml.safe_load(path.read_text())
+    document["rounds"]["round2"] = {"top_k": 1}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
     output_dir = tmp_path / "runs"
-    args = ("tune", str(path), "--budget", "240", "--no-apply-suggestions", "--no-extra-round",
+    args = ("tune", str(path), "--budget", "200", "--no-apply-suggestions", "--no-extra-round",
             "--no-progress", "--workers", "1", "--output-dir", str(output_dir))  # fmt: skip
     first = start_tuner(*args)
 
@@ -145,7 +150,7 @@ def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
         done = [t for t in trials if t.state.name == "COMPLETE"]
         if len(done) >= 2 and any(t.state.name == "RUNNING" and t.user_attrs.get("healthy") for t in trials):
             break
-        time.sleep(0.05)
+        time.sleep(0.2)  # the trial it waits for trains 40 steps of 0.05 s: 2 s at least
     else:
         raise AssertionError(f"round 1 did not get under way: {first.output()}")
     if stop == "ctrl-c":
@@ -158,14 +163,14 @@ def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=PATIENCE_S)
     planned = next(s for s in state(output_dir)["stages"] if s["phase"] == "round-1")
-    assert not planned["done"]
+    assert not planned["done"] and planned["trials"] == 3  # 120 of the 200 steps
     again = run_tuner(*args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "delivered    val/error_rate" in again.stdout
     trials = round1_trials()
     finals = {t.user_attrs["slot"]: t for t in trials if t.state.name == "COMPLETE"}
     assert sorted(finals) == list(range(planned["trials"]))  # every slot once, none more
-    assert trained_steps(output_dir) <= 240
+    assert trained_steps(output_dir) <= 200
     if stop == "ctrl-c":
         (stopped,) = [t for t in trials if t.user_attrs.get("failure_reason") == "interrupted"]
         (resumed,) = [t for t in trials if t.user_attrs.get("retry_of") == stopped.number]
@@ -174,41 +179,43 @@ def test_a_tune_stopped_in_the_middle_of_round_1_finishes_within_its_budget(
 
 
 def test_a_finished_tune_given_a_larger_budget_goes_on_from_what_ran(tmp_path: Path) -> None:
-    """``--budget 200`` to the end, then ``--budget 400``: nothing that ran is run again, the
+    """``--budget 160`` to the end, then ``--budget 240``: nothing that ran is run again, the
     steps spent count, and the rest goes to more rounds of the best points (decided on the last
-    round's report), within the new budget; a smaller budget, or one of another kind, is refused."""
+    round's report), within the new budget; a smaller budget (200: larger than the first, not
+    than the last), or one of another kind, is refused."""
     path = tune_study(tmp_path, top_k=1)
     output_dir = tmp_path / "runs"
     built = SimpleNamespace(path=path, output_dir=output_dir)
-    first = run_tuner(*tune_args(built, 200, "--no-apply-suggestions"))
+    first = run_tuner(*tune_args(built, 160, "--no-apply-suggestions"))
     assert first.returncode == 0, first.stderr
     spent = json.loads(first.stdout)["plan"]["steps_ran"]
     phases = [s["phase"] for s in json.loads(first.stdout)["stages"]]
-    more = run_tuner(*tune_args(built, 400, "--no-apply-suggestions"))
+    more = run_tuner(*tune_args(built, 240, "--no-apply-suggestions"))
     assert more.returncode == 0, more.stderr
     payload = json.loads(more.stdout)
     raised = [d for d in payload["decisions"] if d["kind"] == "budget_raised"]
     assert (
         len(raised) == 1
-        and raised[0]["numbers"]["from_steps"] == 200
-        and raised[0]["numbers"]["steps"] == 400
+        and raised[0]["numbers"]["from_steps"] == 160
+        and raised[0]["numbers"]["steps"] == 240
     )
-    assert "budget raised 200 -> 400 training steps" in more.stderr
-    assert "budget: 200 of 400 steps spent (50%), at most about " in more.stderr  # where it stands
+    assert "budget raised 160 -> 240 training steps" in more.stderr
+    assert "budget: 160 of 240 steps spent (67%), at most about " in more.stderr  # where it stands
     stages = [s["phase"] for s in payload["stages"]]
     assert stages[: len(phases)] == phases and len(stages) > len(phases)  # more rounds, none redone
     assert all(s["done"] for s in payload["stages"])
-    assert spent < payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 400
+    assert spent < payload["plan"]["steps_ran"] == trained_steps(output_dir) <= 240
     assert payload["delivered_model"]["checkpoint"]
-    for budget, said in (("300", "run the same command to continue it"), ("5m", "of the same kind")):
+    for budget, said in (("200", "run the same command to continue it"), ("5m", "of the same kind")):
         refused = invoke("tune", str(path), "--budget", budget, "--output-dir", str(output_dir))
-        assert "is being tuned with --budget 400" in single_error(refused) and said in single_error(refused)
+        assert "is being tuned with --budget 240" in single_error(refused) and said in single_error(refused)
 
 
 def _with_a_bug(folder: Path, line: str, bug: str) -> tuple[Path, Path, str]:
-    """The tune study with ``bug`` (lines of code) added to its toy workload after ``line``:
-    the study file, the workload file and the workload's fixed text."""
-    path = tune_study(folder)
+    """The tune study (round 2 of one point) with ``bug`` (lines of code) added to its toy
+    workload after ``line``: the study file, the workload file and the workload's fixed text.
+    At ``--budget 120 --no-extra-round`` round 1 has 2 trials of 40 steps, round 2 one."""
+    path = tune_study(folder, top_k=1)
     workload = folder / "toy_workload.py"
     fixed = workload.read_text()
     assert line in fixed
@@ -228,7 +235,7 @@ def test_after_a_bug_in_the_workload_is_fixed_the_same_tune_command_goes_on(tmp_
         '        raise RuntimeError("a bug in the loss")\n',
     )
     output_dir = tmp_path / "runs"
-    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 200, "--no-extra-round")
+    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 120, "--no-extra-round")
     failed = run_tuner(*args)
     assert failed.returncode == 2, failed.stderr
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
@@ -263,7 +270,7 @@ def test_a_bug_that_fails_after_the_first_step_spends_the_failure_budget_then_th
         '        if calls["n"] >= 3:\n            raise RuntimeError("a bug at step 3")\n',
     )
     output_dir = tmp_path / "runs"
-    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 200, "--no-extra-round")
+    args = tune_args(SimpleNamespace(path=path, output_dir=output_dir), 120, "--no-extra-round")
     failed = run_tuner(*args)
     assert failed.returncode == 1, failed.stderr
     assert "the failure budget is spent" in failed.stderr
@@ -283,9 +290,9 @@ def test_a_bug_that_fails_after_the_first_step_spends_the_failure_budget_then_th
 
 
 def test_tune_takes_a_failure_budget_for_each_phase_and_says_so(tmp_path: Path) -> None:
-    path = tune_study(tmp_path)
+    path = tune_study(tmp_path, top_k=1)  # at 80 steps: round 1 and round 2 of one 40-step trial
     output_dir = tmp_path / "runs"
-    args = ("tune", str(path), "--budget", "200", "--no-progress", "--output-dir", str(output_dir))
+    args = ("tune", str(path), "--budget", "80", "--no-progress", "--output-dir", str(output_dir))
     done = run_tuner(*args, "--no-extra-round", "--workers", "1", "--max-failed", "7")
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr

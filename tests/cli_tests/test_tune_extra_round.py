@@ -39,7 +39,7 @@ def _rounds_1_and_2_done(
     max_train_steps 80, one seed, every best step at ``best_step``; ``failed``: the third point
     failed; ``weight_decay``: searched beside the LR; ``flat_after``: each curve flat within its
     noise after its best, ``_falls_then_flat``, else slightly worse at each eval), and their stages
-    as a tune of ``--budget 1000`` left them done."""
+    as an earlier run of ``tune`` left them done (its ``--budget`` is each test's)."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
     from tuner.playbook.plan import load_plan
@@ -84,41 +84,42 @@ def test_the_round_after_round_2_is_decided_on_its_report(
     tmp_path: Path, best_step: int, kind: str, failed: bool
 ) -> None:
     """Rounds 1 and 2 (built, not trained: round 2's 3 points at max_train_steps 80, one seed,
-    every best step at ``best_step``) done in an earlier run of ``--budget 1000``: 680 steps are
+    every best step at ``best_step``) done in an earlier run of ``--budget 640``: 320 steps are
     left. Best steps at the end (the report: "still improving") -> round 3 trains round 2's
-    chosen point 4x longer (320 steps, the most 680 steps hold on 2 seeds is 340) on 2 new seeds;
-    best steps mid-run ("looks right") -> round 2's 3 points on 2 new seeds each at 80 steps,
-    the delivered model pooling each point's 3 runs; with round 2's third point failed, its 2
-    completed points only (760 steps, the failed trial having trained none: 4 new seeds each)."""
+    chosen point 2x longer (160 steps, the most 320 steps hold on 2 seeds; under the 4x cap of
+    320) on 2 new seeds; best steps mid-run ("looks right") -> round 2's 3 points on 1 new seed
+    each at 80 steps, the delivered model pooling each point's 2 runs; with round 2's third point
+    failed, its 2 completed points only (400 steps, the failed trial having trained none: 2 new
+    seeds each)."""
     built, stages = _rounds_1_and_2_done(tmp_path, best_step, failed=failed)
-    store_tune_state(built, stages, "1000", 1000)
-    done = run_tuner(*tune_args(built, 1000, "--no-apply-suggestions"))  # round 2 ran: no next search
+    store_tune_state(built, stages, "640", 640)
+    done = run_tuner(*tune_args(built, 640, "--no-apply-suggestions"))  # round 2 ran: no next search
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     decision = next(d for d in payload["decisions"] if d["kind"].startswith("round3_"))
     assert decision["kind"] == kind
-    assert decision["numbers"]["left"] == (760 if failed else 680)  # a failed trial trained no step here
+    assert decision["numbers"]["left"] == (400 if failed else 320)  # a failed trial trained no step here
     third = next(s for s in payload["stages"] if s["phase"] == "round-3")
     statuses = sorted((built.output_dir / "toy" / "round-3").glob("trial-*/status.json"))
     trained = [json.loads(status.read_text())["step"] for status in statuses]
     model = payload["delivered_model"]
     if kind == "round3_longer":
-        assert "still improving" in decision["text"] and "80 -> 320 steps" in decision["text"]
-        assert "rounds.round3.steps=320" in third["sets"] and decision["numbers"]["seeds"] == 2
-        assert trained == [320, 320]
+        assert "still improving" in decision["text"] and "80 -> 160 steps" in decision["text"]
+        assert "rounds.round3.steps=160" in third["sets"] and decision["numbers"]["seeds"] == 2
+        assert trained == [160, 160]
         # the longer point is a point of its own: its 2 runs, or round 2's best (0.05, 1 run)
         assert (model["phase"], model["seeds"]["seeds"]) in (("round-3", 2), ("round-2", 1))
     elif failed:
-        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (2, 4)
-        assert trained == [80] * 8
-        assert model["seeds"]["seeds"] == 5
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (2, 2)
+        assert trained == [80] * 4
+        assert model["seeds"]["seeds"] == 3
     else:
         assert "its runs were not still improving" in decision["text"]
-        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (3, 2)
-        assert trained == [80] * 6
-        assert model["seeds"]["seeds"] == 3  # each point's run of round 2 and its 2 of round 3
+        assert (decision["numbers"]["top_k"], decision["numbers"]["seeds"]) == (3, 1)
+        assert trained == [80] * 3
+        assert model["seeds"]["seeds"] == 2  # each point's run of round 2 and its 1 of round 3
         assert {r["phase"] for r in model["seeds"]["runs"]} == {"round-2", "round-3"}
-    assert payload["plan"]["steps_ran"] <= 1000
+    assert payload["plan"]["steps_ran"] <= 640
 
 
 @pytest.mark.parametrize(
@@ -175,7 +176,8 @@ def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_pa
     the length to 80 in the next study (``toy``), whose rounds 1 and 2 ran with best steps mid-run,
     the curves still falling between 50% and 75% of training: that length came from runs with
     weight decay on, not from the sweep, so round 3 gives the points more seeds and the log does
-    not call the length sweep-lr's."""
+    not call the length sweep-lr's. ``--budget 560`` leaves 240 steps: a seed more for each of
+    the 3 points, or, had the length been called sweep-lr's, 120 steps on 2 seeds."""
     from tests.report_tests.builders import Built, study
     from tuner.playbook.decision_log import Stage
 
@@ -183,8 +185,8 @@ def test_a_length_a_suggestion_set_after_sweep_lr_is_not_called_sweep_lrs(tmp_pa
     home_path = study(tmp_path / "home", name="base", max_train_steps=160).path
     home = Built(home_path, built.output_dir, "base")
     stages.insert(0, Stage("base", "sweep-lr", str(home.path), [], 4, 0, True, done=True, steps_per_trial=80))
-    store_tune_state(home, stages, "1000", 1000)
-    done = run_tuner(*tune_args(home, 1000, "--no-apply-suggestions"))
+    store_tune_state(home, stages, "560", 560)
+    done = run_tuner(*tune_args(home, 560, "--no-apply-suggestions"))
     assert done.returncode == 0, done.stderr
     decision = next(d for d in json.loads(done.stdout)["decisions"] if d["kind"].startswith("round3_"))
     assert decision["kind"] == "round3_seeds", decision["text"]

@@ -128,14 +128,15 @@ def test_a_search_seeds_range_move_searches_a_next_study_of_its_own_name(tmp_pat
 
 def test_a_round_1_another_command_grew_is_taken_as_it_is(tmp_path: Path) -> None:
     """tune decided round 1 at 4 trials; ``run-round`` (the file's 8) ran 8 since: the same tune
-    command goes on with the 8 (counted against its budget), instead of refusing them."""
+    command goes on with the 8 (counted against its budget of 160: round 2 gets the 80 steps
+    left, 2 seeds), instead of refusing them."""
     from tests.report_tests.builders import study
     from tuner.playbook.decision_log import Stage
 
     built = study(tmp_path, round1={"steps": 10, "trials": 8}, round2={"top_k": 1})
     _round1_at_the_top_edge(built)
     first = Stage("toy", "round-1", str(built.path), [], 4, 40, steps_per_trial=10)  # not done
-    done = tune_after(built, first, 200, "--no-apply-suggestions", "--no-extra-round")
+    done = tune_after(built, first, 160, "--no-apply-suggestions", "--no-extra-round")
     assert done.returncode == 0, done.stderr
     assert "cannot take them back" not in done.stderr
     payload = json.loads(done.stdout)
@@ -173,7 +174,8 @@ def test_a_loop_that_comes_back_to_a_study_it_searched_is_one_internal_error_lin
 def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tmp_path: Path) -> None:
     """Round 1 (built, not trained: 8 trials of 100 steps, every best step at 10, no trend in the
     LR) done in an earlier run: the report suggests max_train_steps 200 -> 40; tune applies it to
-    a next study whose round 1 (rescaled with it) and round 2 train the shorter length."""
+    a next study whose round 1 (rescaled with it) and round 2 train the shorter length (``--budget
+    960`` leaves 160 steps: round 2's 2 seeds x 40, and round 1's minimum of 4 trials x 20)."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
 
@@ -183,7 +185,7 @@ def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tm
     for slot, value in enumerate(values):
         add_trial(phase, slot, value, {"optimizer.lr": 0.01 * 100 ** (slot / 7)}, best_step=10)
     first = Stage("toy", "round-1", str(built.path), [], 8, 800, done=True, steps_per_trial=100)
-    done = tune_after(built, first, 1000)
+    done = tune_after(built, first, 960)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
@@ -197,7 +199,7 @@ def test_early_best_steps_after_round_1_give_the_next_search_a_shorter_length(tm
     assert delivered["phase"] == "round-2" and "/toy-2/" in delivered["checkpoint"]
     status = json.loads((Path(delivered["checkpoint"]).parents[1] / "status.json").read_text())
     assert status["step"] == 40  # round 2 trained the shorter length
-    assert payload["plan"]["steps_ran"] <= 1000
+    assert payload["plan"]["steps_ran"] <= 960
 
 
 def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_length(
@@ -206,7 +208,8 @@ def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_len
     """Round 1 (built: 12 trials of 100 steps, best steps all at 10, the best values at the top of
     the LR range) suggests both a longer LR range and a shorter length; ``--no-apply-length``
     applies the range alone: the next study keeps max_train_steps 200 and round 1's 100 steps,
-    and the log says what was not applied and why."""
+    and the log says what was not applied and why (``--budget 2000`` leaves 800 steps: round 2's
+    2 seeds x 200, and round 1's minimum of 4 trials x 100)."""
     from tests.report_tests.builders import add_trial, study
     from tuner.playbook.decision_log import Stage
 
@@ -216,7 +219,7 @@ def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_len
         lr = 0.01 * 100 ** (slot / 11)
         add_trial(phase, slot, 0.40 - 0.03 * slot, {"optimizer.lr": lr}, best_step=10)
     first = Stage("toy", "round-1", str(built.path), [], 12, 1200, done=True, steps_per_trial=100)
-    done = tune_after(built, first, 2800, "--no-apply-length")
+    done = tune_after(built, first, 2000, "--no-apply-length")
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     applied = next(d for d in payload["decisions"] if d["kind"] == "suggestions_applied")
@@ -231,4 +234,4 @@ def test_no_apply_length_applies_the_search_spaces_suggestions_and_keeps_the_len
     run_dir = Path(payload["delivered_model"]["checkpoint"]).parents[1]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["step"] == 200  # round 2 trained the file's length
-    assert payload["plan"]["steps_ran"] <= 2800
+    assert payload["plan"]["steps_ran"] <= 2000

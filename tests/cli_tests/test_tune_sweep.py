@@ -126,7 +126,9 @@ def test_a_sweep_that_fit_nothing_with_validation_best_early_says_so_in_its_fall
     """sweep-lr (built, not trained) done in an earlier run: no LR fit the training set within its
     cap of 100 steps, and validation was best at step 20 (in the first half: as with noisy labels).
     The rounds train the cap, and the log says why an early best costs nothing there (each run
-    keeps its best checkpoint) and which length to try instead, not "longer keeps helping"."""
+    keeps its best checkpoint) and which length to try instead, not "longer keeps helping".
+    Budget 600: the sweep's 300 steps, round 2 at 2 seeds x 100 (200: half the budget holds
+    them), round 1 the one trial of 100 left."""
     from tuner.orchestrate import open_storage
     from tuner.playbook.budget import parse_budget
     from tuner.playbook.decision_log import Decision, Stage, TuneState, save_state
@@ -134,9 +136,9 @@ def test_a_sweep_that_fit_nothing_with_validation_best_early_says_so_in_its_fall
     built, _ = _swept(tmp_path, dict.fromkeys((0.01, 0.1, 1.0), (None, 20)))  # no LR fits
     first = Stage("toy", "sweep-lr", str(built.path), [], 3, 300, True, done=True, steps_per_trial=100)
     planned_sweep = Decision("sweep_planned", first.key, "sweep-lr: 3 trials", {"cap": 100, "steps": 300})
-    state = TuneState(parse_budget("900"), 900, [first], [planned_sweep])
+    state = TuneState(parse_budget("600"), 600, [first], [planned_sweep])
     save_state(open_storage(built.storage_url), built.name, state)
-    done = run_tuner(*tune_args(built, 900, "--no-apply-suggestions", "--no-extra-round"))
+    done = run_tuner(*tune_args(built, 600, "--no-apply-suggestions", "--no-extra-round"))
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     (fallback,) = [d for d in payload["decisions"] if d["kind"] == "max_train_steps_fallback"]

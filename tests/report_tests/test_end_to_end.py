@@ -10,26 +10,26 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests._processes import run, tuner_args
-from tests.orchestrate_tests.conftest import toy_study, tuner_env
+from tests.orchestrate_tests.conftest import run_tuner, toy_study, tuner_env
 
 HERE = Path(__file__).parent
 TIMEOUT_S = 600  # generous: a busy machine is slow, never wrong
 
 
 def tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``tuner ARGS`` as a real process in its own group; a timeout kills it with its workers and
-    trials (they run in sessions of their own, which a ``killpg`` of its group would miss)."""
-    return run(
-        [sys.executable, "-m", "tuner", *tuner_args(args)], cwd=cwd, env=tuner_env(), timeout=TIMEOUT_S
-    )
+    """``tuner ARGS`` run in ``cwd`` as a real process forked from the test process's zygote
+    (``run_tuner``: the command's code after its imports, its workers and trials real processes
+    too; a cold start of each command would import torch again, what these tests are not about);
+    a timeout kills it with its workers and trials."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)  # the zygote starts the command in the test process's folder
+        return run_tuner(*args, env=tuner_env(), timeout=TIMEOUT_S)
 
 
 def _study(
