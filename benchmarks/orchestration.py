@@ -172,14 +172,15 @@ def run(trials: int = TRIALS) -> list[Result]:
         # from the first trial's start to the last one's end: the command's start-up (workers
         # importing torch, ~4 s of CPU each here) and shutdown left out
         first_start = min(t.datetime_start for t in ours_trials)
-        span = max(t.datetime_complete for t in ours_trials) - first_start
+        last_end = max(t.datetime_complete for t in ours_trials)
+        span = last_end - first_start
         steady = ideal / span.total_seconds()
         to_first_trial_s = (first_start - launched).total_seconds()
         first_end = min(t.datetime_complete for t in ours_trials if t.datetime_complete is not None)
         to_first_end_s = (first_end - launched).total_seconds()
         # from the last trial's end to the command's exit: the workers seeing the round done, the
         # command's summary, the zygote's exit
-        after_last_s = ours_wall - (max(t.datetime_complete for t in ours_trials) - launched).total_seconds()
+        after_last_s = ours_wall - (last_end - launched).total_seconds()
         overheads = _overheads(ours_trials, busy_s)
         print(
             f"  {busy_s:g} s trials: ideal {ideal:.1f}s; tuner {ours_wall:.1f}s (efficiency {ours:.3f}; "

@@ -90,3 +90,28 @@ def test_a_report_of_an_sqlite_study_imports_neither_sqlalchemy_nor_optuna(sqlit
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("tables", "holds no Optuna studies (no tuner study has run there)"),
+        ("bytes", "is not a database"),
+    ],
+    ids=["another-programs-database", "not-a-database"],
+)
+def test_a_report_of_an_sqlite_file_that_is_not_a_study_is_one_line(
+    tmp_path: Path, content: str, said: str
+) -> None:
+    import sqlite3
+
+    from tests.spec_tests._support import invoke, single_error
+
+    path = tmp_path / "other.db"
+    if content == "tables":
+        with sqlite3.connect(path) as connection:
+            connection.execute("CREATE TABLE notes (text TEXT)")
+    else:
+        path.write_bytes(bytes(range(256)) * 20)
+    line = single_error(invoke("report", "s", "--storage", f"sqlite:///{path}"))
+    assert said in line and str(path) in line

@@ -341,9 +341,8 @@ def _to_external(distribution_json: str) -> Callable[[float], Any]:
     import json
 
     document = json.loads(distribution_json)
-    kind = document.get("name") or document.get(
-        "type"
-    )  # Optuna's name (or a deprecated one), or a short form
+    # Optuna's name for the distribution (or a deprecated one), or the short form's type
+    kind = document.get("name") or document.get("type")
     if kind in ("CategoricalDistribution", "categorical"):
         choices = list(document.get("attributes", document)["choices"])
         return lambda value: choices[int(value)]

@@ -305,15 +305,13 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
 def _open_sqlite_reader(url: str, path: Path) -> StorageReader:
     from tuner.orchestrate import _optuna_adapter as adapter
 
-    try:
-        with contextlib.closing(_open_sqlite(path)) as connection:
-            known = adapter.schema_known(connection)
-    except sqlite3.Error as error:
-        _raise_if_damaged(url, error)
-        raise UsageError(f"cannot read storage {redact_url(url)}: {_first_line(error)}") from None
+    reader = StorageReader(url, None, fast=True, sqlite_path=path)
+    with reader._connection() as connection:  # its errors are the reader's: one line each
+        known = adapter.schema_known(connection)
     if known is None:
         raise UsageError(f"storage {redact_url(url)} holds no Optuna studies (no tuner study has run there)")
-    return StorageReader(url, None, fast=known, sqlite_path=path)
+    reader.fast = known
+    return reader
 
 
 def _first_line(error: BaseException) -> str:

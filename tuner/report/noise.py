@@ -134,13 +134,17 @@ def eval_examples(phase: PhaseData) -> int | None:
     split = phase.metric.rsplit("/", 1)[0]
     absent: set[str] = set()  # phase folders not on this machine: none of their runs is here
     for slot in phase.completed:
-        if slot.run_dir is None or os.path.dirname(slot.run_dir) in absent:
+        run_dir = slot.run_dir
+        if run_dir is None:
             continue
-        status = read_status(slot.run_dir)
+        folder = os.path.dirname(run_dir) or "."
+        if folder in absent:
+            continue
+        status = read_status(run_dir)
         if isinstance(status, dict):
             return _examples(status, split)
-        if not os.path.isdir(os.path.dirname(slot.run_dir)):
-            absent.add(os.path.dirname(slot.run_dir))
+        if not os.path.isdir(folder):
+            absent.add(folder)
     return None
 
 
