@@ -17,10 +17,16 @@ from tuner.orchestrate.claim import NewSlot
 
 
 class LostAck:
-    """A real storage whose chosen method commits, then raises as if the connection dropped."""
+    """A real storage whose chosen method commits, then raises as if the connection dropped.
 
-    def __init__(self, storage: Any, method: str, times: int = 1, before: Any = None) -> None:
-        self._storage, self._method, self._times, self._before = storage, method, times, before
+    ``before``: called first (a stall); ``when``: only the calls whose arguments it accepts
+    misbehave (one attribute's write, not the heartbeat's of the same method)."""
+
+    def __init__(
+        self, storage: Any, method: str, times: int = 1, before: Any = None, when: Any = None
+    ) -> None:
+        self._storage, self._method, self._times = storage, method, times
+        self._before, self._when = before, when
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._storage, name)
@@ -28,6 +34,8 @@ class LostAck:
             return real
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            if self._when is not None and not self._when(*args, **kwargs):
+                return real(*args, **kwargs)
             if self._before is not None:
                 self._before(*args, **kwargs)
             result = real(*args, **kwargs)

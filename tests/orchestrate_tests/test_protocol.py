@@ -16,7 +16,7 @@ from tests.orchestrate_tests.storage_faults import FailsOnceWithoutLock, LostAck
 from tuner.errors import UsageError
 from tuner.orchestrate import PhaseSettings, count_trials, open_storage, start_phase
 from tuner.orchestrate._optuna_adapter import trial_id as trial_id_of
-from tuner.orchestrate.claim import Claimed, Claimer, yield_duplicates
+from tuner.orchestrate.claim import OWNER_ATTR, Claimed, Claimer, yield_duplicates
 from tuner.orchestrate.failures import FailureReason, fail_trial
 from tuner.orchestrate.locks import phase_lock, sqlite_lock_path
 
@@ -57,7 +57,8 @@ def test_a_trial_beats_from_its_start_through_a_claim_whose_last_write_is_retrie
     storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval_s=1, grace_period_s=2)
     settings = PhaseSettings.build(2, max_failed=3)
     study = start_phase(storage, "s", "round-1", settings, direction="minimize")
-    slow = LostAck(storage, "set_trial_system_attr", before=lambda *a, **k: time.sleep(4.5))
+    owner_write = lambda trial_id, key, value: key == OWNER_ATTR  # noqa: E731 (not the beats' writes)
+    slow = LostAck(storage, "set_trial_system_attr", before=lambda *a: time.sleep(4.5), when=owner_write)
     started = time.monotonic()
     claimed = Claimer(slow, study, blank_slot, beat_s=0.5).claim(settings)
     try:
@@ -204,12 +205,16 @@ def test_storage_errors_absorbed_by_retries_are_counted_and_logged(
 
 
 def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_path: Path) -> None:
-    """Beats come from their own thread: a worker stuck in a storage retry still looks alive;
-    once another worker has failed the trial, the thread says so (the supervisor then abandons)."""
+    """Beats come from their own thread: a worker stuck in a storage retry still looks alive, to
+    workers on the database (the heartbeat table) and to workers through the gRPC proxy (the
+    beat attribute: one phase may have both); once another worker has failed the trial, the
+    thread says so (the supervisor then abandons)."""
     import time
 
+    from optuna.trial import TrialState
+
     from tuner.orchestrate._optuna_adapter import stale_trial_ids
-    from tuner.orchestrate.heartbeat import HeartbeatThread
+    from tuner.orchestrate.heartbeat import BeatWatch, HeartbeatThread
 
     # the grace: 8 beats of 0.5 s (the stored beat has 1 s resolution, and a busy machine's beat
     # thread may wait a second or two for a core)
@@ -218,9 +223,16 @@ def test_heartbeats_go_on_while_the_worker_is_busy_and_notice_a_takeover(tmp_pat
     study = start_phase(storage, "s", "round-1", settings, direction="minimize")
     claimed = Claimer(storage, study, blank_slot).claim(settings)
     assert isinstance(claimed, Claimed)
+    through_proxy = BeatWatch(grace_s=4)
+
+    def running() -> list:
+        return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+    assert through_proxy.stale_numbers(running()) == []  # the first look
     with HeartbeatThread(storage, claimed.trial_id, 0.5) as beat:
         time.sleep(5.5)  # the main thread does nothing for longer than the grace
         assert stale_trial_ids(storage, study) == []
+        assert through_proxy.stale_numbers(running()) == []
         fail_trial(storage, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
         assert beat.ended_elsewhere.wait(30)
 
@@ -236,3 +248,41 @@ def test_with_the_lock_a_claim_fills_the_hole_a_lockless_worker_left(tmp_path: P
         assert isinstance(Claimer(storage, study, blank_slot).claim(settings), Claimed)
     assert sorted(t.user_attrs["slot"] for t in study.get_trials()) == [0, 1, 2, 3]
     assert Claimer(storage, study, blank_slot).claim(settings).action == "wait"  # 4 of 4 running
+
+
+class _ThroughProxy:
+    """A real storage as a worker through Optuna's gRPC proxy sees it: no heartbeat table, no
+    phase lock (the proxy passes the storage API alone)."""
+
+    def __init__(self, storage: object) -> None:
+        self._storage = storage
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("record_heartbeat", "url"):
+            raise AttributeError(name)
+        return getattr(self._storage, name)
+
+
+def test_a_trial_run_through_the_proxy_whose_worker_was_lost_is_failed_by_a_worker_on_the_database(
+    tmp_path: Path,
+) -> None:
+    """One phase, two machines: one through the proxy, one on the database. The proxied worker
+    claims a trial (it beats an attribute, nothing in the table) and its machine is lost. The
+    table never sees that trial; a worker on the database still fails it a grace later, so the
+    round does not wait for ever on a machine that is gone."""
+    import time
+
+    from tuner.orchestrate._optuna_adapter import stale_trial_ids
+    from tuner.orchestrate.failures import fail_stale_trials
+    from tuner.orchestrate.heartbeat import BeatWatch
+
+    storage, study, settings = claim_phase(tmp_path)
+    claimed = Claimer(_ThroughProxy(storage), study, blank_slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    watch = BeatWatch(grace_s=1.0)
+    assert fail_stale_trials(storage, study, settings, watch) == []  # the first look
+    time.sleep(1.1)
+    assert stale_trial_ids(storage, study) == []  # the table alone would never see it
+    assert fail_stale_trials(storage, study, settings, watch) == [claimed.trial.number]
+    (trial,) = [t for t in study.get_trials() if t.number == claimed.trial.number]
+    assert trial.state.name == "FAIL" and trial.user_attrs["failure_reason"] == "killed"

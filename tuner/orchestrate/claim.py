@@ -256,7 +256,7 @@ class Claimer:
         from optuna.trial import TrialState
 
         try:
-            record_beat(self.storage, trial_id)  # an attribute beat is refused on a finished trial
+            record_beat(self.storage, trial_id, first=True)  # an attribute beat: refused if finished
             if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
                 return False
             self._won.add(trial_id)

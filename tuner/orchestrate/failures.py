@@ -304,20 +304,19 @@ def fail_stale_trials(
 ) -> list[int]:
     """Trials whose worker stopped sending heartbeats: mark them ``killed`` and retry them.
 
-    ``watch``: how a storage without Optuna's heartbeat (the gRPC proxy) is watched, kept by the
-    caller from one call to the next (``heartbeat.BeatWatch``); ``suspects``: only trials found
-    stale at an earlier look too are failed (``heartbeat.StaleSuspects``, why). Returns the
-    numbers of the trials failed here.
+    ``watch``: how the beat attribute is watched, kept by the caller from one call to the next
+    (``heartbeat.BeatWatch``): the only beat a storage without Optuna's heartbeat (the gRPC
+    proxy) has, and on the database the only beat of trials run through a proxy to it;
+    ``suspects``: only trials found stale at an earlier look too are failed
+    (``heartbeat.StaleSuspects``, why). Returns the numbers of the trials failed here.
     """
     from optuna.trial import TrialState
 
-    if has_heartbeat_table(storage):
-        stale_ids = adapter.stale_trial_ids(storage, study)
-    elif watch is not None:
+    stale_ids = adapter.stale_trial_ids(storage, study) if has_heartbeat_table(storage) else []
+    if watch is not None:  # also on the database: a trial run through the proxy has no table beat
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        stale_ids = [adapter.trial_id(storage, study, n) for n in watch.stale_numbers(running)]
-    else:
-        stale_ids = []
+        watched = [adapter.trial_id(storage, study, n) for n in watch.stale_numbers(running)]
+        stale_ids += [trial_id for trial_id in watched if trial_id not in stale_ids]
     if suspects is not None:
         stale_ids = suspects.confirm(stale_ids)
     failed = []

@@ -9,10 +9,10 @@ intervals, 60 s by default) since no worker can beat during it: so no worker loo
 trials until a grace has passed after an outage it met (``outage.recovered_within``).
 
 Optuna's heartbeat (``RDBStorage.record_heartbeat``) is a table of the database: through the
-gRPC storage proxy, which passes the storage API alone, there is none. There a beat is a trial
-system attribute that changes at every beat (``record_beat``), and ``BeatWatch`` calls a trial
-stale when its beat has not changed for a grace period of the watching process's own monotonic
-clock: no clock of two machines is compared.
+gRPC storage proxy, which passes the storage API alone, there is none. So a beat is also a
+trial system attribute that changes at every beat (``record_beat``, on every storage), and
+``BeatWatch`` calls a trial stale when its beat has not changed for a grace period of the
+watching process's own monotonic clock: no clock of two machines is compared.
 
 Looking for stale trials reads every running trial (Optuna's ``_get_stale_trial_ids``, or the
 trials' beat attributes). Every worker looking every beat would be W / 5 reads a second of R
@@ -96,12 +96,20 @@ def has_heartbeat_table(storage: Any) -> bool:
     return hasattr(storage, "record_heartbeat")
 
 
-def record_beat(storage: Any, trial_id: int) -> None:
-    """One heartbeat of trial ``trial_id``: Optuna's where the storage has it, else the attribute."""
+def record_beat(storage: Any, trial_id: int, *, first: bool = False) -> None:
+    """One heartbeat of trial ``trial_id``: Optuna's where the storage has it, and the attribute
+    always. Why both: one phase may have workers on the database and workers through the proxy
+    (a fleet of two machines, one of each). A worker through the proxy sees attributes only; a
+    trial beating in the table alone kept the same (absent) attribute, so it looked stale to them
+    a grace after it started, and a live trial longer than the grace was failed and run again.
+
+    ``first``: the claim's beat. Where the table has it, the attribute waits for the next beat
+    (a write less a claim; a watcher counts the attribute appearing as a beat)."""
     if has_heartbeat_table(storage):
         storage.record_heartbeat(trial_id)
-    else:
-        storage.set_trial_system_attr(trial_id, BEAT_ATTR, uuid.uuid4().hex[:12])
+        if first:
+            return
+    storage.set_trial_system_attr(trial_id, BEAT_ATTR, uuid.uuid4().hex[:12])
 
 
 class BeatWatch:
