@@ -124,6 +124,11 @@ def test_run_round_imports_torch_once_for_all_its_workers(tmp_path: Path, output
         env=tuner_env(PYTHONPROFILEIMPORTTIME="1"), cold=True,  # its zygote imports afresh, no spare
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    # the command closed its database before it exited (it freezes what is left alive instead of
+    # collecting it): SQLite folded its write-ahead log back into study.db, so that file alone holds
+    # every trial
+    assert (output_dir / "toy" / "study.db").exists()
+    assert not (output_dir / "toy" / "study.db-wal").exists()
     logs = {
         path.name: path.read_text() for path in (output_dir / "toy" / "round-1" / ".workers").glob("*.log")
     }

@@ -24,7 +24,7 @@ from typing import Any
 from tuner.errors import UsageError
 from tuner.orchestrate import outage
 from tuner.orchestrate.sqlite_check import DamagedStorageError, check_sqlite_file, damage_of
-from tuner.orchestrate.storage import _scrub, open_grpc_proxy, open_journal, redact_url
+from tuner.orchestrate.storage import _scrub, open_grpc_proxy, open_journal, redact_url, track_engine
 from tuner.orchestrate.storage_url import Backend, parse_storage_url, sqlite_file
 
 PHASE_SEPARATOR = "/"
@@ -275,7 +275,7 @@ def open_reader(url: str) -> StorageReader:
     engine = None
     for attempt in itertools.count():
         try:
-            engine = engine or create_engine(normalised, **_read_engine_kwargs(normalised))
+            engine = engine or track_engine(create_engine(normalised, **_read_engine_kwargs(normalised)))
             with engine.connect() as connection:
                 known = adapter.schema_known(connection)
             if attempt:
