@@ -57,9 +57,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _trials_table(trials: list[Any]) -> str:
+    """One line a trial, to read a failure by: its slot, attempt, state and why it ended."""
+    keys = ("slot", "attempt", "worker", "failure_reason", "retried", "duplicate_of", "retry_of")
+    return "\n".join(
+        f"#{t.number} {t.state.name} " + " ".join(f"{k}={t.user_attrs.get(k)}" for k in keys) for t in trials
+    )
+
+
 def _assert_each_slot_done_once(trials: list[Any], slots: int) -> None:
     assert len({t.number for t in trials}) == len(trials)
-    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")], _trials_table(trials)
     done = sorted(t.user_attrs["slot"] for t in counted(trials) if t.state.name == "COMPLETE")
     assert done == list(range(slots)), [(t.number, t.state.name, t.user_attrs) for t in trials]
     counts = count_trials(trials)

@@ -286,3 +286,29 @@ def test_a_trial_run_through_the_proxy_whose_worker_was_lost_is_failed_by_a_work
     assert fail_stale_trials(storage, study, settings, watch) == [claimed.trial.number]
     (trial,) = [t for t in study.get_trials() if t.number == claimed.trial.number]
     assert trial.state.name == "FAIL" and trial.user_attrs["failure_reason"] == "killed"
+
+
+def test_a_retry_enqueued_under_the_lock_while_a_worker_through_the_proxy_enqueued_it_too_yields(
+    tmp_path: Path,
+) -> None:
+    """One phase, a worker on the database (with the lock) and one through the proxy (none).
+    Both fail the same dead trial; between the database worker's look at the trials and its
+    enqueue, the proxied worker enqueues the retry. The second retry must yield to the first
+    (failed as its duplicate), not wait for ever for a worker while its slot completes."""
+    storage, study, settings = claim_phase(tmp_path)
+    claimed = Claimer(storage, study, blank_slot).claim(settings)
+    assert isinstance(claimed, Claimed)
+    proxied = _ThroughProxy(storage)
+    raced = []
+
+    def proxied_worker_enqueues_first(*args: object, **kwargs: object) -> None:
+        if not raced:
+            reason = FailureReason.KILLED
+            raced.append(fail_trial(proxied, study, claimed.trial_id, reason, "no beat", settings))
+
+    on_database = LostAck(storage, "create_new_trial", times=0, before=proxied_worker_enqueues_first)
+    assert fail_trial(on_database, study, claimed.trial_id, FailureReason.KILLED, "stale", settings)
+    assert raced == [False]  # the database worker failed it; the proxied one only enqueued
+    retries = [t for t in study.get_trials() if t.user_attrs.get("retry_of") == claimed.trial.number]
+    assert [t.state.name for t in retries] == ["WAITING", "FAIL"]
+    assert retries[1].user_attrs["duplicate_of"] == retries[0].number

@@ -129,7 +129,9 @@ class Claimer:
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
             enqueued: list[int] = []  # retries this claim enqueued for trials a crash left without
             result = with_retries(self._claim_once, settings, window_started_at, token, lost, enqueued)
-            if not lost:
+            # a retry enqueued under a good lock is reconciled all the same: a worker through the
+            # proxy (no lock) may have enqueued the same one meanwhile, for one phase may have both
+            if not lost and not enqueued:
                 return result
             ours = [result.trial.number] if isinstance(result, Claimed) else []
             collided = set(yield_duplicates(self.storage, self.study, ours + enqueued)) & set(ours)

@@ -149,7 +149,8 @@ def fail_trial(
        raises and nothing else happens (no retry for a slot that completed);
     3. only then the retry; if we die before it, ``enqueue_missing_retries`` (run under the
        lock by every claim) enqueues it: a FAIL trial marked ``retried`` without a successor.
-    Runs under the phase lock, so two workers failing the same stale trial cannot both retry it.
+    Runs under the phase lock, so two workers holding it cannot both retry the same stale trial;
+    a retry enqueued is reconciled after (``yield_duplicates``) against workers that hold none.
     Returns whether this call failed the trial. Idempotent: ``with_retries`` may call it again.
     """
     from tuner.orchestrate.storage_retries import with_retries
@@ -158,7 +159,10 @@ def fail_trial(
     failed_here = with_retries(
         _fail_once, storage, study, trial_id, reason, error, settings, attrs, lost, enqueued
     )
-    if lost and enqueued:  # another worker may have enqueued the same retry meanwhile
+    # another worker may have enqueued the same retry meanwhile: one without the lock (lost), or
+    # one through the gRPC proxy, which holds none, while we held ours (a phase may have both:
+    # seen as a second WAITING retry of a slot whose first retry had completed, run by nobody)
+    if enqueued:
         yield_duplicates(storage, study, enqueued)
     return failed_here
 
