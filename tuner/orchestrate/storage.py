@@ -223,7 +223,7 @@ def new_rdb_storage(url: str, **kwargs: Any) -> Any:
         try:
             with _creation_lock(url, serialised=serialised):
                 storage = optuna.storages.RDBStorage(url, **kwargs)
-            _OPEN_ENGINES.add(storage.engine)
+            track_engine(storage.engine)
             return storage
         except SQLAlchemyError as error:
             lost_race = isinstance(error, IntegrityError) or "already exists" in str(error)
