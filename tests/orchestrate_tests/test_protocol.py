@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrate_tests.storage_faults import FailsOnceWithoutLock, LostAck, blank_slot, claim_phase
+from tests.orchestrate_tests.storage_faults import (
+    FailsOnceWithoutLock,
+    LostAck,
+    ThroughProxy,
+    blank_slot,
+    claim_phase,
+)
 from tuner.errors import UsageError
 from tuner.orchestrate import PhaseSettings, count_trials, open_storage, start_phase
 from tuner.orchestrate._optuna_adapter import trial_id as trial_id_of
@@ -250,19 +256,6 @@ def test_with_the_lock_a_claim_fills_the_hole_a_lockless_worker_left(tmp_path: P
     assert Claimer(storage, study, blank_slot).claim(settings).action == "wait"  # 4 of 4 running
 
 
-class _ThroughProxy:
-    """A real storage as a worker through Optuna's gRPC proxy sees it: no heartbeat table, no
-    phase lock (the proxy passes the storage API alone)."""
-
-    def __init__(self, storage: object) -> None:
-        self._storage = storage
-
-    def __getattr__(self, name: str) -> object:
-        if name in ("record_heartbeat", "url"):
-            raise AttributeError(name)
-        return getattr(self._storage, name)
-
-
 def test_a_trial_run_through_the_proxy_whose_worker_was_lost_is_failed_by_a_worker_on_the_database(
     tmp_path: Path,
 ) -> None:
@@ -277,7 +270,7 @@ def test_a_trial_run_through_the_proxy_whose_worker_was_lost_is_failed_by_a_work
     from tuner.orchestrate.heartbeat import BeatWatch
 
     storage, study, settings = claim_phase(tmp_path)
-    claimed = Claimer(_ThroughProxy(storage), study, blank_slot).claim(settings)
+    claimed = Claimer(ThroughProxy(storage), study, blank_slot).claim(settings)
     assert isinstance(claimed, Claimed)
     watch = BeatWatch(grace_s=1.0)
     assert fail_stale_trials(storage, study, settings, watch) == []  # the first look
@@ -298,7 +291,7 @@ def test_a_retry_enqueued_under_the_lock_while_a_worker_through_the_proxy_enqueu
     storage, study, settings = claim_phase(tmp_path)
     claimed = Claimer(storage, study, blank_slot).claim(settings)
     assert isinstance(claimed, Claimed)
-    proxied = _ThroughProxy(storage)
+    proxied = ThroughProxy(storage)
     raced = []
 
     def proxied_worker_enqueues_first(*args: object, **kwargs: object) -> None:

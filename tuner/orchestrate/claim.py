@@ -22,7 +22,9 @@ Two things make a claim safe when the storage misbehaves:
   no lock at all. A claim whose lock was lost, or never held, may have created a trial another
   worker created too (same slot and attempt). Of those, the lowest-numbered counts, by a rule
   every reader applies (``budget.counted``); the claimer then marks the others ``duplicate_of``
-  and fails them (``duplicates.py``), and claims again if its own lost.
+  and fails them (``duplicates.py``), and claims again if its own lost. In a phase served
+  both ways, a worker with the lock reconciles its new slots too (``LOCKLESS_ATTR``), and the
+  claim that finds the round done fails the uncounted RUNNING trials a dead worker left.
 
 Correctness needs no lock, only what every Optuna storage guarantees (optuna 5, paths under
 ``optuna/``): starting a trial is a compare-and-set (``RDBStorage.set_trial_state_values``,
@@ -53,6 +55,9 @@ from tuner.orchestrate.storage_retries import with_retries
 
 TOKEN_ATTR = "claim_token"
 OWNER_ATTR = "claim_owner"  # system attribute: the token of the claim that started the trial
+# system attribute of a trial created without a lock (through the gRPC proxy): in its phase, a
+# worker holding the lock reconciles the new slots it creates too (``Claimer._claim``)
+LOCKLESS_ATTR = "created_without_lock"
 MAX_SPREAD = 1024
 CREATED_TWICE = Decision(Action.WAIT, "another worker created the same slot at once")
 
@@ -108,6 +113,11 @@ class Claimer:
         # trial ids whose start (the compare-and-set to RUNNING) this claim won: ours, whatever
         # token a rival wrote since, even with no owner written (that write may be what failed)
         self._won: set[int] = set()
+        # the last claim created a new slot in a phase where workers without a lock create
+        # slots too: its snapshot may predate theirs, so it is reconciled like theirs
+        self._beside_lockless = False
+        # RUNNING trials that the last claim's snapshot does not count (duplicates not yet marked)
+        self._uncounted_running: list[int] = []
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
@@ -129,9 +139,12 @@ class Claimer:
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
             enqueued: list[int] = []  # retries this claim enqueued for trials a crash left without
             result = with_retries(self._claim_once, settings, window_started_at, token, lost, enqueued)
-            # a retry enqueued under a good lock is reconciled all the same: a worker through the
-            # proxy (no lock) may have enqueued the same one meanwhile, for one phase may have both
-            if not lost and not enqueued:
+            if isinstance(result, Decision) and result.action == Action.DONE and self._uncounted_running:
+                # a duplicate whose worker died before marking it: nobody else would end it
+                yield_duplicates(self.storage, self.study, self._uncounted_running)
+            # a retry enqueued, or a slot created, under a good lock is reconciled all the same
+            # when workers through the proxy (no lock) may have made the same one meanwhile
+            if not lost and not enqueued and not self._beside_lockless:
                 return result
             ours = [result.trial.number] if isinstance(result, Claimed) else []
             collided = set(yield_duplicates(self.storage, self.study, ours + enqueued)) & set(ours)
@@ -164,8 +177,15 @@ class Claimer:
         lost: LostLocks,
         enqueued: list[int],
     ) -> Claimed | Decision:
+        from optuna.trial import TrialState
+
+        self._beside_lockless = False
         with lost.watch(phase_lock(self.storage, self.study.study_name, bounded=True)):
             trials = self.study.get_trials(deepcopy=False)
+            live = {t.number for t in counted(trials)}
+            self._uncounted_running = [
+                t.number for t in trials if t.state == TrialState.RUNNING and t.number not in live
+            ]
             mine = [t for t in trials if _is_ours(t, token, trust_token=has_lock(self.storage) and not lost)]
             mine = mine or self._started_here(trials, token)
             if mine:  # an earlier try of this claim got through: continue it, create nothing
@@ -236,11 +256,13 @@ class Claimer:
             _first_free_slot(trials) if has_lock(self.storage) else _spread_slot(trials, spread, settings)
         )
         slot = self.new_slot(number)
+        locked = has_lock(self.storage)
+        self._beside_lockless = locked and any(LOCKLESS_ATTR in t.system_attrs for t in trials)
         template = create_trial(
             state=TrialState.WAITING,
             params=slot.params,
             distributions=slot.distributions,
-            system_attrs={"fixed_params": slot.fixed_params},
+            system_attrs={"fixed_params": slot.fixed_params, **({} if locked else {LOCKLESS_ATTR: True})},
             user_attrs={**slot.user_attrs, TOKEN_ATTR: token},
         )
         trial_id = self.storage.create_new_trial(
