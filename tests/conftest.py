@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +14,14 @@ import pytest
 # whose second thread is descheduled spin-waits for it (measured: a training test took 6 s alone
 # and 56 s beside a multi-worker test). Speed with more threads is measured in benchmarks/.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started in the background of a script (``make test &``, ``(pytest ... &)``) inherits
+# SIGINT ignored, and so would every command it starts (an ignored signal stays ignored across
+# exec): the tests that stop a command with Ctrl-C then wait for a stop that never comes (seen:
+# ``tuner profile`` ignoring its Ctrl-C until the test's 60 s timeout). Ignoring is the shell's
+# choice for its background jobs, not the commands' under test: the default comes back here.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests._processes import kill_everything_started
 

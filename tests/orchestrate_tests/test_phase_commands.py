@@ -68,6 +68,11 @@ def test_a_storage_password_is_never_shown(tmp_path: Path, output_dir: Path) -> 
 
 
 def test_a_worker_needs_a_known_and_started_phase(tmp_path: Path, output_dir: Path) -> None:
+    """Refused, each in one line; and run in-process (as from Python), a refused worker leaves
+    the process's signal handlers as it found them (it counts Ctrl-Cs from its start)."""
+    import signal
+
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     study = toy_study(tmp_path)
     common = ("--output-dir", str(output_dir))
     assert "unknown phase 'round-9'" in single_error(
@@ -87,6 +92,7 @@ def test_a_worker_needs_a_known_and_started_phase(tmp_path: Path, output_dir: Pa
         )
     )
     assert "phase toy/round-1 does not exist in this storage; start it first" in line
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
 
 
 def test_a_worker_with_a_study_file_of_another_name_creates_no_storage(

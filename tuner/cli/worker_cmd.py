@@ -132,50 +132,55 @@ def worker(
     # signals are counted from the start: a stop while starting up (importing torch takes
     # seconds) is a clean interruption at the next safe point (exit 130), not a death by SIGTERM
     signals = SignalFlag().__enter__()
-    if os.environ.get(DIE_WITH_PARENT_ENV):
-        # started by run-round: stop cleanly when it goes, or at once if it already went while we
-        # started up (the kernel only signals a death that comes after the request)
-        parent = os.environ[DIE_WITH_PARENT_ENV]
-        die_with_parent(signal.SIGTERM, parent_pid=int(parent) if parent.isdigit() else None)
-    if device is not None:
-        if not device.isdigit():
-            raise UsageError(f"--device expects a GPU id like 0, got {device!r}")
-        from tuner.orchestrate.pool import check_devices
+    try:  # until the worker holds them: a refusal while starting puts the handlers back
+        # (a command run in-process, as by tests or from Python, keeps its own after it)
+        if os.environ.get(DIE_WITH_PARENT_ENV):
+            # started by run-round: stop cleanly when it goes, or at once if it already went while we
+            # started up (the kernel only signals a death that comes after the request)
+            parent = os.environ[DIE_WITH_PARENT_ENV]
+            die_with_parent(signal.SIGTERM, parent_pid=int(parent) if parent.isdigit() else None)
+        if device is not None:
+            if not device.isdigit():
+                raise UsageError(f"--device expects a GPU id like 0, got {device!r}")
+            from tuner.orchestrate.pool import check_devices
 
-        check_devices([device], "--device")
-        os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
-    from tuner.spec import load_study
-    from tuner.workloads import check_study, workload_code
+            check_devices([device], "--device")
+            os.environ["CUDA_VISIBLE_DEVICES"] = device  # before anything initialises CUDA
+        from tuner.spec import load_study
+        from tuner.workloads import check_study, workload_code
 
-    loaded = load_study(path, set_)
-    check_study(loaded)
-    from tuner.orchestrate.pool import check_worker_settings
+        loaded = load_study(path, set_)
+        check_study(loaded)
+        from tuner.orchestrate.pool import check_worker_settings
 
-    check_worker_settings()  # before any connection: a typo in a deployment shows at once
-    from tuner.train.node_launchers import check_launcher_here
+        check_worker_settings()  # before any connection: a typo in a deployment shows at once
+        from tuner.train.node_launchers import check_launcher_here
 
-    check_launcher_here(loaded.spec.training)
-    from tuner.cli._phase_view import trial_line
-    from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
-    from tuner.orchestrate.trial_process import warm_up
-    from tuner.orchestrate.worker import open_worker_storage
-    from tuner.output import phase_dir
-    from tuner.playbook.phases import check_against_plan, check_phase_input, load_stored_plan, phase_plan
+        check_launcher_here(loaded.spec.training)
+        from tuner.cli._phase_view import trial_line
+        from tuner.orchestrate import WorkerOptions, resolve_storage_url, run_worker
+        from tuner.orchestrate.trial_process import warm_up
+        from tuner.orchestrate.worker import open_worker_storage
+        from tuner.output import phase_dir
+        from tuner.playbook.phases import check_against_plan, check_phase_input, load_stored_plan, phase_plan
 
-    spec = loaded.spec
-    check_phase_input(loaded, phase)
-    url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
-    waiting = _Waiting(phase, wait_for_phase)
-    _wait_for_sqlite_file(url, signals, waiting)
-    opened = open_worker_storage(url)
-    opened_phase = _wait_for_phase(opened, spec.name, phase, signals, waiting)
-    # the phase's plan, not this file, says what its trials train; the file must still match it
-    stored = load_stored_plan(opened_phase)
-    check_against_plan(loaded, stored, opened_phase.study_name)
-    plan = phase_plan(loaded, stored, output_dir)
-    from tuner.orchestrate.storage_pointer import remember_storage
+        spec = loaded.spec
+        check_phase_input(loaded, phase)
+        url = storage or resolve_storage_url(spec.storage, output_dir, spec.name)
+        waiting = _Waiting(phase, wait_for_phase)
+        _wait_for_sqlite_file(url, signals, waiting)
+        opened = open_worker_storage(url)
+        opened_phase = _wait_for_phase(opened, spec.name, phase, signals, waiting)
+        # the phase's plan, not this file, says what its trials train; the file must still match it
+        stored = load_stored_plan(opened_phase)
+        check_against_plan(loaded, stored, opened_phase.study_name)
+        plan = phase_plan(loaded, stored, output_dir)
+        from tuner.orchestrate.storage_pointer import remember_storage
 
-    remember_storage(output_dir, spec.name, url)  # a machine of a fleet: its ``tuner list`` finds it
+        remember_storage(output_dir, spec.name, url)  # a machine of a fleet: its ``tuner list`` finds it
+    except BaseException:
+        signals.__exit__(None, None, None)
+        raise
 
     def report_trial(trial: Any) -> None:
         out.print(trial_line(trial, spec.objective.metric))
