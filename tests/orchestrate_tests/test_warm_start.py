@@ -16,13 +16,13 @@ from tuner.orchestrate.pool import LocalPool, LocalWorker
 
 # what each forked worker reports about itself, then the exit code its environment asks for
 REPORT = """
-import json, os, sys, time
+import gc, json, os, sys, time
 from pathlib import Path
 import preloaded
 Path(os.environ["OUT"], sys.argv[1] + ".json").write_text(json.dumps({
     "argv": sys.argv[1:], "pid": os.getpid(), "ppid": os.getppid(), "sid": os.getsid(0),
     "cwd": os.getcwd(), "only_mine": os.environ.get("ONLY_MINE"),
-    "die_with": os.environ.get("TUNER_DIE_WITH_PARENT"),
+    "die_with": os.environ.get("TUNER_DIE_WITH_PARENT"), "frozen": gc.get_freeze_count(),
     "cmdline": Path("/proc/self/cmdline").read_bytes().replace(b"\\0", b" ").decode().strip(),
 }))
 print("said by", sys.argv[1])
@@ -65,6 +65,9 @@ def test_forked_workers_are_what_python_dash_m_would_have_started(tmp_path: Path
         assert f"said by {label}" in (tmp_path / "logs" / f"{label}.log").read_text()
     assert seen["w0"]["only_mine"] == "yes" and seen["w1"]["only_mine"] is None
     assert (tmp_path / "imports.log").read_text().split() == [str(zygote)]  # imported once, for both
+    # what the zygote imported is frozen: a worker's collections (the one at a command's exit)
+    # walk the worker's own objects only
+    assert all(worker["frozen"] > 1000 for worker in seen.values()), seen
 
 
 def test_a_gpu_worker_starts_afresh(tmp_path: Path) -> None:
