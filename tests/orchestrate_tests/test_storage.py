@@ -196,3 +196,30 @@ def test_a_trials_attributes_are_written_together_and_refused_together_once_it_f
     assert storage.get_trial(trial_id).user_attrs == {"train_s": 1.5, "best_step": 40, "final_step": 80}
     if backend == "postgresql":
         optuna.delete_study(study_name=unique_name, storage=storage)
+
+
+def test_a_storage_opened_again_skips_optunas_schema_check_and_one_made_again_has_its_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna checks a database's schema against its own at each open (most of an open's cost);
+    a process that checked it once skips it after. A database deleted and made again meanwhile
+    still gets its tables (made by this process's Optuna: compatible)."""
+    import optuna
+
+    real = optuna.storages.RDBStorage
+    asked: list[bool] = []
+
+    def spying(url: str, **kwargs: object) -> object:
+        asked.append(bool(kwargs.get("skip_compatibility_check")))
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", spying)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first = open_storage(url)
+    first.create_new_study([], "s")
+    assert [s.study_name for s in open_storage(url).get_all_studies()] == ["s"]
+    assert asked == [False, True]
+    for path in tmp_path.glob("study.db*"):
+        path.unlink()
+    again = open_storage(url)
+    assert again.get_all_studies() == [] and again.create_new_study([], "t") > 0
