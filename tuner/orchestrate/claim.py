@@ -116,8 +116,8 @@ class Claimer:
         # the last claim created a new slot in a phase where workers without a lock create
         # slots too: its snapshot may predate theirs, so it is reconciled like theirs
         self._beside_lockless = False
-        # RUNNING trials that the last claim's snapshot does not count (duplicates not yet marked)
-        self._uncounted_running: list[int] = []
+        # the trials as the last claim read them (the snapshot its decision was made on)
+        self._seen: list[Any] = []
 
     def claim(self, settings: PhaseSettings, window_started_at: float | None = None) -> Claimed | Decision:
         """A claimed trial, or why none was (wait, done, failed, stopped); ``window_started_at``:
@@ -139,9 +139,8 @@ class Claimer:
             lost = LostLocks()  # any try of this claim may have lost the lock, not just the last
             enqueued: list[int] = []  # retries this claim enqueued for trials a crash left without
             result = with_retries(self._claim_once, settings, window_started_at, token, lost, enqueued)
-            if isinstance(result, Decision) and result.action == Action.DONE and self._uncounted_running:
-                # a duplicate whose worker died before marking it: nobody else would end it
-                yield_duplicates(self.storage, self.study, self._uncounted_running)
+            if isinstance(result, Decision) and result.action == Action.DONE:
+                self._set_aside_uncounted_running()
             # a retry enqueued, or a slot created, under a good lock is reconciled all the same
             # when workers through the proxy (no lock) may have made the same one meanwhile
             if not lost and not enqueued and not self._beside_lockless:
@@ -160,6 +159,17 @@ class Claimer:
             return Decision(Action.WAIT, "other workers kept claiming the same slots at once")
         return Decision(Action.WAIT, "the phase lock keeps being lost (the storage connection drops)")
 
+    def _set_aside_uncounted_running(self) -> None:
+        """The round is done, yet a RUNNING trial the count leaves out may remain: a duplicate
+        whose worker died before marking it. Nobody reaps a finished round, so it is failed as
+        the duplicate it is here (read off the claim's snapshot: no extra read when none is)."""
+        from optuna.trial import TrialState
+
+        live = {t.number for t in counted(self._seen)}
+        uncounted = [t.number for t in self._seen if t.state == TrialState.RUNNING and t.number not in live]
+        if uncounted:
+            yield_duplicates(self.storage, self.study, uncounted)
+
     def would_start(self, settings: PhaseSettings, window_started_at: float | None = None) -> bool:
         """Would a claim start a trial now? Read without the lock and without writing: a hint
         (the claim decides again under the lock), which lets a worker import what a trial needs
@@ -177,15 +187,9 @@ class Claimer:
         lost: LostLocks,
         enqueued: list[int],
     ) -> Claimed | Decision:
-        from optuna.trial import TrialState
-
         self._beside_lockless = False
         with lost.watch(phase_lock(self.storage, self.study.study_name, bounded=True)):
-            trials = self.study.get_trials(deepcopy=False)
-            live = {t.number for t in counted(trials)}
-            self._uncounted_running = [
-                t.number for t in trials if t.state == TrialState.RUNNING and t.number not in live
-            ]
+            trials = self._seen = self.study.get_trials(deepcopy=False)
             mine = [t for t in trials if _is_ours(t, token, trust_token=has_lock(self.storage) and not lost)]
             mine = mine or self._started_here(trials, token)
             if mine:  # an earlier try of this claim got through: continue it, create nothing
@@ -194,7 +198,7 @@ class Claimer:
             retries = enqueue_missing_retries(self.storage, self.study, trials, self.code, window_started_at)
             if retries:
                 enqueued += retries
-                trials = self.study.get_trials(deepcopy=False)
+                trials = self._seen = self.study.get_trials(deepcopy=False)
             return self._claim_new(counted(trials), settings, window_started_at, token)
 
     def _started_here(self, trials: list[Any], token: str) -> list[Any]:
@@ -252,11 +256,9 @@ class Claimer:
         if counts.slots >= settings.max_trials:
             return Decision(Action.WAIT, "another worker took the last waiting trial")
         spread = max(counts.running + 1, self._spread)
-        number = (
-            _first_free_slot(trials) if has_lock(self.storage) else _spread_slot(trials, spread, settings)
-        )
-        slot = self.new_slot(number)
         locked = has_lock(self.storage)
+        number = _first_free_slot(trials) if locked else _spread_slot(trials, spread, settings)
+        slot = self.new_slot(number)
         self._beside_lockless = locked and any(LOCKLESS_ATTR in t.system_attrs for t in trials)
         template = create_trial(
             state=TrialState.WAITING,

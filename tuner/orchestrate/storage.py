@@ -206,22 +206,12 @@ def close_open_storages() -> None:
             engine.dispose()
 
 
-# digests of the storage URLs whose schema this process has checked against its Optuna
+# Digests (a URL may hold a password: not kept as is) of the storage URLs this process has
+# opened, so their schema checked against its Optuna. Optuna checks it again at every open for
+# nothing (its compatibility check loads every migration script of Alembic: 27 of the 28 ms an
+# open of an SQLite storage takes here, against 5 ms without). Its tables are still made if
+# missing (a database deleted and made again), by this process's Optuna, so compatible.
 _SCHEMA_CHECKED: set[str] = set()
-
-
-def _url_digest(url: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(url.encode()).hexdigest()  # a URL may hold a password: not kept as is
-
-
-def _schema_checked(url: str) -> bool:
-    """Whether this process has opened ``url`` before: Optuna then checks its schema again for
-    nothing (its compatibility check loads every migration script of Alembic: 27 of the 28 ms
-    an open of an SQLite storage takes here, against 5 ms without). Its tables are still made if
-    missing (a database deleted and made again), by this process's Optuna, so compatible."""
-    return _url_digest(url) in _SCHEMA_CHECKED
 
 
 def new_rdb_storage(url: str, **kwargs: Any) -> Any:
@@ -233,18 +223,21 @@ def new_rdb_storage(url: str, **kwargs: Any) -> Any:
     Seen in CI's first run on a new machine: ``tuner storage-proxy`` (which built its storage
     without this) refused to start, "duplicate key value violates unique constraint".
     """
+    import hashlib
+
     import optuna
     from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
     serialised = False  # the tables are created one process at a time (after a lost race)
-    if _schema_checked(url):
+    digest = hashlib.sha256(url.encode()).hexdigest()
+    if digest in _SCHEMA_CHECKED:
         kwargs = {"skip_compatibility_check": True, **kwargs}
     for attempt in range(CREATION_ATTEMPTS):
         try:
             with _creation_lock(url, serialised=serialised):
                 storage = optuna.storages.RDBStorage(url, **kwargs)
             track_engine(storage.engine)
-            _SCHEMA_CHECKED.add(_url_digest(url))
+            _SCHEMA_CHECKED.add(digest)
             return storage
         except SQLAlchemyError as error:
             lost_race = isinstance(error, IntegrityError) or "already exists" in str(error)
