@@ -67,34 +67,55 @@ def median(values: Sequence[float]) -> float:
 
 
 @dataclass(frozen=True)
-class PairedRatio:
-    """The median of ``a[i] / b[i]`` over ``pairs`` pairs, and its 95% confidence interval."""
+class PairedMedian:
+    """The median of a per-pair figure over ``pairs`` pairs, and its 95% confidence interval."""
 
     median: float
     low: float
     high: float
     pairs: int
 
+
+class PairedRatio(PairedMedian):
+    """The median of ``a[i] / b[i]``."""
+
     def __str__(self) -> str:
         return f"{self.median:.4f} (95% CI {self.low:.4f}..{self.high:.4f}, {self.pairs} pairs)"
 
 
+class PairedDifference(PairedMedian):
+    """The median of ``a[i] - b[i]``, in seconds."""
+
+    def __str__(self) -> str:
+        return f"{self.median:+.2f} s (95% CI {self.low:+.2f}..{self.high:+.2f}, {self.pairs} pairs)"
+
+
+def _median_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """The median and its distribution-free 95% interval (order statistics, normal approximation
+    of the binomial): no assumption about how the machine's noise is shaped."""
+    ordered = sorted(values)
+    n = len(ordered)
+    k = max(0, math.floor((n - 1.96 * math.sqrt(n)) / 2))
+    return statistics.median(ordered), ordered[k], ordered[n - 1 - k]
+
+
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> PairedRatio:
     """Median of ``a[i] / b[i]``: the two runs of a pair are close in time, so a slow patch of
-    the machine mostly hits both; one it hits alone makes an outlier, which the median ignores.
-
-    The interval is the distribution-free one of a median (order statistics, normal
-    approximation of the binomial): no assumption about how the machine's noise is shaped.
-    """
-    ratios = sorted(x / y for x, y in zip(a, b, strict=True))
-    pairs = len(ratios)
-    k = max(0, math.floor((pairs - 1.96 * math.sqrt(pairs)) / 2))
-    return PairedRatio(statistics.median(ratios), ratios[k], ratios[pairs - 1 - k], pairs)
+    the machine mostly hits both; one it hits alone makes an outlier, which the median ignores."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    return PairedRatio(*_median_interval(ratios), len(ratios))
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> float:
     """Median of ``a[i] - b[i]`` (seconds): what one side adds to the other, pair by pair."""
     return statistics.median(x - y for x, y in zip(a, b, strict=True))
+
+
+def paired_difference_interval(a: Sequence[float], b: Sequence[float]) -> PairedDifference:
+    """``paired_difference`` with its 95% interval: with a few pairs (say 8) the interval spans
+    the extremes, which is what a reader needs to see before trusting a change of half a second."""
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    return PairedDifference(*_median_interval(differences), len(differences))
 
 
 @contextlib.contextmanager
