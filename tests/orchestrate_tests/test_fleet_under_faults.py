@@ -14,6 +14,7 @@ failing, and no worker waiting longer than the heartbeat grace plus the outage i
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import threading
@@ -34,11 +35,23 @@ pytestmark = pytest.mark.postgres
 # the CI size; ``benchmarks/fleet_faults.py`` runs this test larger (``TUNER_TEST_FLEET_SLOTS``)
 SLOTS = int(os.environ.get("TUNER_TEST_FLEET_SLOTS", "24"))
 WORKERS_EACH = 4
+PROXY_DOWN_S = 2.0  # from the proxy's kill to its start again
 
 
 def _serving(folder: Path, study: str) -> int:
     """How many workers of this machine have written their status file (they serve the phase)."""
     return len(list((folder / study / "round-1" / ".workers").glob("*.json")))
+
+
+def grace_beyond_the_proxy_outage_s(proxy_start_s: float) -> int:
+    """The heartbeat grace of the fleet's workers: 6 s, or more when the proxy's outage may last
+    longer. Workers on the database do not meet the proxy's outage, so they look for stale trials
+    through it, and a proxied trial whose beats are held up for a grace (and two beats more, to be
+    confirmed) is failed as ``killed`` though it is alive. The outage is ``PROXY_DOWN_S`` plus the
+    proxy's start again and the clients' reconnection: on a loaded machine (the full suite on 2
+    cores) a live trial was failed so. It is taken as twice ``PROXY_DOWN_S`` plus the first
+    start, measured on the spot; the lost worker's trial is then found that much later."""
+    return max(6, math.ceil(2 * (PROXY_DOWN_S + proxy_start_s)))
 
 
 def longest_gap_s(trials: list[Any]) -> float:
@@ -76,8 +89,10 @@ def test_a_fleet_under_cut_connections_a_restarted_proxy_a_killed_worker_and_a_f
     cut = f"{postgres_url}{separator}application_name={unique_name}"  # the connections the chaos cuts
     start_round(load_study(study), "round-1", tmp_path / "direct", storage_url=postgres_url)
     port = _free_port()
+    starting = time.monotonic()
     proxy, _ = _start_proxy(cut, port, "--workers", str(WORKERS_EACH))
-    common = {"TUNER_HEARTBEAT_GRACE_S": "6", "TUNER_STORAGE_OUTAGE_S": "120"}
+    grace_s = grace_beyond_the_proxy_outage_s(time.monotonic() - starting)
+    common = {"TUNER_HEARTBEAT_GRACE_S": str(grace_s), "TUNER_STORAGE_OUTAGE_S": "120"}
     machines = {"direct": cut, "proxied": f"grpc://127.0.0.1:{port}"}
     workers = {}
     for machine, url in machines.items():
@@ -111,7 +126,7 @@ def test_a_fleet_under_cut_connections_a_restarted_proxy_a_killed_worker_and_a_f
         victim.wait(timeout=60)
         proxy.kill()
         proxy.communicate(timeout=60)
-        time.sleep(2.0)  # the proxied machine meets the outage
+        time.sleep(PROXY_DOWN_S)  # the proxied machine meets the outage
         proxy, _ = _start_proxy(cut, port, "--workers", str(WORKERS_EACH))
         outputs = {}
         for label, process in workers.items():
@@ -130,10 +145,11 @@ def test_a_fleet_under_cut_connections_a_restarted_proxy_a_killed_worker_and_a_f
         print(
             f"fleet: {SLOTS} slots completed once each; {len(trials)} trials ({len(killed)} killed and "
             f"retried, {len(duplicates)} duplicates set aside); {sum(terminated)} connections cut; "
-            f"longest stall of a worker {gap:.1f} s"
+            f"longest stall of a worker {gap:.1f} s; heartbeat grace {grace_s} s"
         )
         assert sum(terminated) >= 3, terminated  # the chaos reached the fleet
-        assert len(killed) <= 1  # the lost worker's trial, at most (it may have been between two)
+        # the lost worker's trial, at most (it may have been between two)
+        assert len(killed) <= 1, [(t.number, t.user_attrs.get("worker"), grace_s) for t in killed]
         assert gap < 120, gap  # the heartbeat grace and the proxy's restart, never "for ever"
     finally:
         stop.set()
