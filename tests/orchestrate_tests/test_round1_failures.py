@@ -103,25 +103,30 @@ def test_an_objective_the_workload_never_computes_stops_the_round_at_once(
     )
 
 
-def test_a_phase_where_every_trial_raises_stops_at_exactly_max_failed(
+def test_a_phase_where_every_trial_raises_after_a_step_stops_at_max_failed_or_one_past(
     tmp_path: Path, output_dir: Path
 ) -> None:
     """The trials train a step first (proving the workload runs), then raise: the failure
-    budget, not the broken-workload rule, stops the phase."""
+    budget, not the broken-workload rule, stops the phase. A trial that has trained a step no
+    longer holds back the other worker (``budget.decide``), so a claim made between its first
+    step and its failure overshoots the budget by one at most (W - 1, two workers): rare, but
+    seen under a loaded CI run."""
     study = toy_study(tmp_path, options={"fail": "raise_at_step", "fail_at_step": 2}, round1={"trials": 9})
     done = run_tuner(
         "run-round", str(study), "--round", "1", "--workers", "2", "--max-failed", "3",
         "--output-dir", str(output_dir),
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "failure budget is spent: 3 trials failed (3 crashed), limit 3" in done.stderr
     assert "Traceback" not in done.stderr
     trials = load_phase(sqlite_url(output_dir), "toy").trials
     final = [t for t in trials if t.state.name == "FAIL" and not t.user_attrs["retried"]]
-    assert len(final) == 3
+    assert len(final) in (3, 4), done.stderr
+    failed = len(final)
+    assert f"failure budget is spent: {failed} trials failed ({failed} crashed), limit 3" in done.stderr
     (advice,) = [line for line in done.stderr.splitlines() if "read their error.log" in line]
-    for trial in final:  # each failed slot's error.log, by its folder
-        assert f"round-1/trial-{trial.user_attrs['slot']:04d}/error.log" in advice, advice
+    for trial in sorted(final, key=lambda t: t.number)[:3]:  # each failed slot's error.log, by its
+        assert f"round-1/trial-{trial.user_attrs['slot']:04d}/error.log" in advice, advice  # folder
+    assert advice.endswith(" and 1 more") == (failed == 4), advice
     assert "diverged" not in done.stderr
     assert not [t for t in trials if t.state.name == "RUNNING"]
     # the default single retry happened for each failed slot, and it failed the same way
