@@ -108,7 +108,7 @@ def paired_ratio(a: Sequence[float], b: Sequence[float]) -> PairedRatio:
 
 def paired_difference(a: Sequence[float], b: Sequence[float]) -> float:
     """Median of ``a[i] - b[i]`` (seconds): what one side adds to the other, pair by pair."""
-    return statistics.median(x - y for x, y in zip(a, b, strict=True))
+    return paired_difference_interval(a, b).median
 
 
 def paired_difference_interval(a: Sequence[float], b: Sequence[float]) -> PairedDifference:

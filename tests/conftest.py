@@ -169,9 +169,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # files one xdist worker runs in turn, never beside each other: each starts a gRPC proxy with
-# eight claiming processes or workers. Side by side on two cores (with ``-n 4``), a worker of the
-# fleet test, whose grace is 6 s (``TUNER_HEARTBEAT_GRACE_S``, 60 s by default), was not
-# scheduled long enough to beat, and its live trial was failed as ``killed`` (2 or 3 of them)
+# eight claiming processes or workers. Side by side on two cores (with ``-n 4``), live trials of
+# the fleet test (whose heartbeat grace is short: ``TUNER_HEARTBEAT_GRACE_S``, 60 s by default)
+# had their beats held up past it and were failed as ``killed`` (2 or 3 of them)
 IN_TURN = ("orchestrate_tests/test_grpc_claims.py", "orchestrate_tests/test_fleet_under_faults.py")
 
 

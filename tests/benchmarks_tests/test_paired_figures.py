@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from benchmarks._common import paired_difference_interval, paired_ratio
+from benchmarks._common import paired_difference, paired_difference_interval, paired_ratio
 
 
 def test_a_paired_difference_has_the_median_and_the_order_statistics_interval() -> None:
@@ -13,6 +13,7 @@ def test_a_paired_difference_has_the_median_and_the_order_statistics_interval() 
     difference = paired_difference_interval(ours, plain)
     assert (difference.median, difference.low, difference.high, difference.pairs) == (4.5, 2.0, 7.0, 8)
     assert str(difference) == "+4.50 s (95% CI +2.00..+7.00, 8 pairs)"
+    assert paired_difference(ours, plain) == 4.5  # the median alone, as checkpoint_cost reads it
 
 
 def test_a_few_pairs_give_an_interval_as_wide_as_the_sample() -> None:

@@ -54,9 +54,9 @@ def test_a_slot_created_under_the_lock_with_no_proxied_worker_in_the_phase_is_no
     never needs it, and each claim reads the trials once."""
     import optuna
 
-    storage, _, settings = claim_phase(tmp_path)
+    storage, phase, settings = claim_phase(tmp_path)
     counting = CountingStorage(storage)
-    study = optuna.load_study(study_name="s/round-1", storage=counting)
+    study = optuna.load_study(study_name=phase.study_name, storage=counting)
     for _ in range(2):
         assert isinstance(Claimer(counting, study, blank_slot).claim(settings), Claimed)
     assert counting.calls["get_all_trials"] == 2
