@@ -4,6 +4,9 @@ known, the spread across seeds when a point has several)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -225,3 +228,26 @@ def test_the_same_order_beyond_the_noise_held(tmp_path: Path) -> None:
     correlation = only(transfer.findings, "rank_correlation")
     assert (correlation.quality, correlation.level, correlation.kept_beyond_noise) == ("good", "ok", 3)
     assert "ranking held at full length" in correlation.text
+
+
+def test_the_rank_correlation_is_computed_without_importing_scipy_stats(tmp_path: Path) -> None:
+    """Importing ``scipy.stats`` costs half a CPU second, which every report with a round 2 paid
+    for one Spearman's rho (``tune`` builds such a report after each round 2): a fresh process
+    builds the report, the rho is scipy's (-0.866 on these tied values), and ``scipy.stats`` was
+    never imported."""
+    built = _rounds(tmp_path, _errors(20, 22, 22, 40, 50), [[v] for v in _errors(9, 7, 6)])
+    script = (
+        "import json, sys\n"
+        "from tuner.report.build import build_report\n"
+        "from tuner.report.study_data import read_study\n"
+        "from tuner.orchestrate.stored import open_reader\n"
+        f"with open_reader({built.storage_url!r}) as reader:\n"
+        f"    report = build_report(read_study(reader, {built.name!r}, None))\n"
+        "rho = [f.spearman for f in report.phases[0].transfer.findings if f.kind == 'rank_correlation']\n"
+        "print(json.dumps([rho, 'scipy.stats' in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    [rho], imported = json.loads(done.stdout)
+    assert rho == pytest.approx(-0.866, abs=1e-3)
+    assert imported is False

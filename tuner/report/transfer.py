@@ -4,7 +4,7 @@ Round 2 trains round 1's best points at full length; each of its trials records 
 trial it came from (``source_trial``, ``source_value``): ``transfer_points`` pairs them up.
 Rules (stated in every verdict):
 - a point's round-2 value is the median over its seeds, at LR multiplier 1 where there is one;
-- the rank correlation is Spearman's (scipy), over points with a round-2 value, from 3 points;
+- the rank correlation is Spearman's (as scipy computes it), over points with a round-2 value, from 3 points;
 - top-k overlap: k = half the points (at least 1), the share of round 1's top k that stay in
   round 2's top k;
 - against noise (``tuner.report.noise``): a pair of points changed order only when both rounds
@@ -36,6 +36,7 @@ from tuner.report.longer_runs import longer_runs_finding
 from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
 from tuner.report.noise import Noise, measure_noise
+from tuner.report.range_trend import spearman
 from tuner.report.scored_steps import scored_at_other_steps
 from tuner.report.study_data import PhaseData
 from tuner.report.transfer_points import (
@@ -167,14 +168,13 @@ def diagnose_transfer(
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:
-    """Spearman's rho; None when either side is constant: it is undefined there, and scipy is not
-    asked (it would warn on the user's terminal)."""
-    from scipy.stats import spearmanr
-
+    """Spearman's rho (``scipy.stats.spearmanr``'s, computed by ``range_trend.spearman`` without
+    importing ``scipy.stats``: half a CPU second of every report with a round 2); None when either
+    side is constant, where it is undefined."""
     if len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    rho = spearmanr(x, y).statistic
-    return float(rho) if rho is not None and math.isfinite(rho) else None
+    rho, _ = spearman(x, y)
+    return rho if math.isfinite(rho) else None
 
 
 def _all_equal(
