@@ -48,6 +48,10 @@ from tuner.orchestrate.warm_start import WarmProcess, WarmStarter
 # the commands whose workers a zygote forks (``tuner.cli._phase_run``): each imports torch again
 # in one of its own unless given a spare (about 3 CPU s a command, a hundred commands a suite run)
 POOL_COMMANDS = frozenset({"run-round", "sweep-lr", "tune", "smoke"})
+# what ``tune`` imports to read its rounds' reports (``scipy.special`` for the verdicts' tests,
+# the report's modules), not imported by run-round's zygote: a third of a CPU second a ``tune``
+# command, about fifty a suite run
+REPORT_MODULES = ("scipy.special", "tuner.report.build")
 _starter: WarmStarter | None = None
 _logs: Path | None = None
 _labels = itertools.count()
@@ -62,7 +66,9 @@ def _warm_starter() -> WarmStarter:
     if _starter is None or _starter.server.poll() is not None:
         # the zygote dies with this process (SIGKILL from the kernel), its workers with it
         _starter = WarmStarter(
-            (*WORKER_MODULES, *ENGINE_MODULES), log_path=_logs / "zygote.log", env=dict(os.environ)
+            (*WORKER_MODULES, *ENGINE_MODULES, *REPORT_MODULES),
+            log_path=_logs / "zygote.log",
+            env=dict(os.environ),
         )
     return _starter
 
