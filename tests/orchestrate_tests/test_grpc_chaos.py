@@ -217,10 +217,16 @@ def test_trial_processes_killed_mid_run_are_retried_once_each_from_their_checkpo
     for _ in range(KILLS):
 
         def victim() -> tuple[int, int] | None:
+            """A worker's trial process past a checkpoint. The status is read on both sides of the
+            children: a worker that has just lost its trial still says the step of that trial's
+            last eval (read from the pipe after the kill), and may fork the retry before the
+            children are listed; a retry killed before it starts resumes from nothing."""
             label = rng.choice(sorted(workers))
-            status = _worker_status(output_dir, label, unique_name)
+            before = _worker_status(output_dir, label, unique_name)
             children = _children(workers[label].pid)
-            if status.get("state") == "training" and 10 <= status.get("step", 0) <= 40 and children:
+            status = _worker_status(output_dir, label, unique_name)
+            mid_run = status.get("state") == "training" and 10 <= status.get("step", 0) <= 40
+            if mid_run and children and before.get("trial") == status.get("trial"):
                 return workers[label].pid, children[0]
             return None
 
