@@ -112,12 +112,15 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
 
     class _GapFreeProxy(optuna.storages.GrpcStorageProxy):
         def _setup(self) -> None:
-            """Optuna's channel and stub, every call of which ends within ``grpc_call_timeout_s``."""
+            """Optuna's channel and stub: every call ends within ``grpc_call_timeout_s``, and a
+            proxy started again is reached within ``RECONNECT_MAX_MS``."""
             import grpc
             from optuna.storages._grpc.auto_generated import api_pb2_grpc
             from optuna.storages._grpc.client import GrpcClientCache
 
-            super()._setup()
+            from tuner.orchestrate.env_settings import grpc_call_timeout_s
+
+            self._channel = grpc.insecure_channel(f"{self._host}:{self._port}", options=CHANNEL_OPTIONS)
             bounded = grpc.intercept_channel(self._channel, _deadline(grpc_call_timeout_s()))
             self._stub = api_pb2_grpc.StorageServiceStub(bounded)
             self._cache = GrpcClientCache(self._stub)
@@ -133,24 +136,14 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
     return _GapFreeProxy(host=host, port=port)
 
 
-#: how long a call through the gRPC proxy may take before it ends as ``DEADLINE_EXCEEDED``
-GRPC_CALL_TIMEOUT_ENV = "TUNER_GRPC_CALL_TIMEOUT_S"
-DEFAULT_GRPC_CALL_TIMEOUT_S = 60.0
-
-
-def grpc_call_timeout_s() -> float:
-    """``$TUNER_GRPC_CALL_TIMEOUT_S`` (60 s): a call through the proxy that has no answer by then
-    ends as ``DEADLINE_EXCEEDED``, an outage ``with_retries`` waits out (then one line, exit 2).
-
-    Why a deadline on every call (private: ``GrpcStorageProxy._setup``, ``_stub``, ``_cache``, Optuna
-    4.2 to 5.1): Optuna's client sets none, so a proxy that stops answering with its connection
-    open (a process stopped, a machine frozen, a request stuck behind the proxy's own lock) held
-    its workers inside a call for ever, silent. A proxy's call waits on the database at most
-    ``$TUNER_PHASE_LOCK_WAIT_S`` (30 s) for a lock (``locks.bound_lock_waits``): a 60 s deadline
-    lets one such wait finish and ends anything longer."""
-    from tuner.orchestrate.env_settings import seconds_setting
-
-    return seconds_setting(GRPC_CALL_TIMEOUT_ENV, DEFAULT_GRPC_CALL_TIMEOUT_S) or DEFAULT_GRPC_CALL_TIMEOUT_S
+#: a client tries a proxy that is down again within 1 s (gRPC's default backoff grows to 120 s, so
+#: a client came back about 1.6x the outage after its proxy did: its trials' beats lapsed, and
+#: workers on the database failed them as killed, seen after a 4.5 s outage with an 8 s grace)
+RECONNECT_MAX_MS = 1000
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)] + [  # the first is Optuna's own
+    (f"grpc.{kind}_reconnect_backoff_ms", ms)
+    for kind, ms in (("initial", 250), ("min", 250), ("max", RECONNECT_MAX_MS))
+]
 
 
 def _deadline(timeout_s: float) -> Any:
