@@ -140,9 +140,11 @@ def grpc_storage_proxy(host: str, port: int) -> Any:
 #: a client came back about 1.6x the outage after its proxy did: its trials' beats lapsed, and
 #: workers on the database failed them as killed, seen after a 4.5 s outage with an 8 s grace)
 RECONNECT_MAX_MS = 1000
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1)] + [  # the first is Optuna's own
-    (f"grpc.{kind}_reconnect_backoff_ms", ms)
-    for kind, ms in (("initial", 250), ("min", 250), ("max", RECONNECT_MAX_MS))
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),  # Optuna's own (``create_insecure_channel``)
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
 ]
 
 

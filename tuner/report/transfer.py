@@ -36,7 +36,7 @@ from tuner.report.longer_runs import longer_runs_finding
 from tuner.report.lr_multipliers import multiplier_finding
 from tuner.report.noise import RULE as NOISE_RULE
 from tuner.report.noise import Noise, measure_noise
-from tuner.report.range_trend import spearman
+from tuner.report.range_trend import rank_correlation
 from tuner.report.scored_steps import scored_at_other_steps
 from tuner.report.study_data import PhaseData
 from tuner.report.transfer_points import (
@@ -168,12 +168,12 @@ def diagnose_transfer(
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:
-    """Spearman's rho (``scipy.stats.spearmanr``'s, computed by ``range_trend.spearman`` without
-    importing ``scipy.stats``: half a CPU second of every report with a round 2); None when either
-    side is constant, where it is undefined."""
+    """Spearman's rho (``scipy.stats.spearmanr``'s, computed by ``range_trend.rank_correlation``
+    without importing ``scipy.stats``: half a CPU second of every report with a round 2); None
+    when either side is constant, where it is undefined."""
     if len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    rho, _ = spearman(x, y)
+    rho = rank_correlation(x, y)
     return rho if math.isfinite(rho) else None
 
 
