@@ -136,11 +136,12 @@ def test_a_client_reaches_its_proxy_within_a_second_of_its_restart_after_a_long_
     import grpc
 
     from tests.cli_tests.test_storage_proxy import _free_port, _start_proxy
-    from tuner.orchestrate._optuna_adapter import RECONNECT_MAX_MS, grpc_storage_proxy
+    from tuner.orchestrate._optuna_adapter import RECONNECT_MAX_MS
+    from tuner.orchestrate.storage import open_grpc_proxy
 
     port = _free_port()
     proxy, _ = _start_proxy(postgres_url, port, "--workers", "1")
-    client = grpc_storage_proxy("127.0.0.1", port)
+    client = open_grpc_proxy("127.0.0.1", port)  # a worker's client, as its commands open it
     client.get_all_studies()
     kill_group(proxy)
     proxy.wait(timeout=60)
